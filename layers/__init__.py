@@ -1,0 +1,16 @@
+"""Keras layers of the ALBERT-style text classifier, one per module."""
+
+from layers.classification_head import ClassificationHead
+from layers.factorized_embedding import FactorizedEmbedding
+from layers.shared_encoder import SharedEncoder
+from layers.timing_signal import TimingSignal1D, get_timing_signal_1d
+from layers.transformer_block import TransformerBlock
+
+__all__ = [
+    "ClassificationHead",
+    "FactorizedEmbedding",
+    "SharedEncoder",
+    "TimingSignal1D",
+    "TransformerBlock",
+    "get_timing_signal_1d",
+]

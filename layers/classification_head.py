@@ -1,0 +1,116 @@
+"""The classification head of the source design, with pooling options."""
+
+import keras
+from keras import ops
+
+POOLINGS = ("flatten", "mean", "first")
+
+
+@keras.saving.register_keras_serializable(package="albert_pipeline")
+class ClassificationHead(keras.layers.Layer):
+    """Averages all encoder layers, pools, and maps to class probabilities.
+
+    The source design averages the N layer outputs, flattens the resulting
+    `(length, hidden)` matrix into one vector and applies a linear layer and a
+    softmax. Padding positions are zeroed first, so what the padding holds
+    never reaches the logits. Flattening ties the model to one `max_length`;
+    `pooling="mean"` (mean over non-padding positions) and `pooling="first"`
+    (the first token, `[CLS]`) are independent of the length.
+
+    Args:
+        num_classes: int, number of output classes.
+        pooling: one of `"flatten"`, `"mean"`, `"first"`.
+        dropout_rate: float, dropout on the pooled vector.
+        initializer_range: float, stddev of the truncated-normal initializer.
+        **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    Call arguments:
+        inputs: float tensor `(batch, num_layers, length, hidden)`.
+        mask: optional bool tensor `(batch, length)`, False at padding.
+        training: bool, whether dropout is active.
+
+    Returns:
+        float32 probabilities `(batch, num_classes)`, also under mixed
+        precision.
+
+    Example:
+
+    >>> head = ClassificationHead(num_classes=2)
+    >>> head(keras.ops.ones((3, 4, 10, 8))).shape
+    (3, 2)
+    """
+
+    def __init__(
+        self,
+        num_classes,
+        pooling="flatten",
+        dropout_rate=0.0,
+        initializer_range=0.02,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.num_classes = int(num_classes)
+        self.pooling = pooling
+        self.dropout_rate = float(dropout_rate)
+        self.initializer_range = float(initializer_range)
+        # The mask is consumed here; the output carries none.
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        _, _, length, hidden = input_shape
+        if self.pooling == "flatten" and length is None:
+            raise ValueError(
+                "pooling='flatten' needs a static sequence length; use "
+                "pooling='mean' or 'first' for variable lengths"
+            )
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.logits = keras.layers.Dense(
+            self.num_classes,
+            kernel_initializer=keras.initializers.TruncatedNormal(
+                stddev=self.initializer_range
+            ),
+            dtype=self.dtype_policy,
+            name="logits",
+        )
+        pooled = length * hidden if self.pooling == "flatten" else hidden
+        self.logits.build((None, pooled))
+        # The softmax runs in float32 whatever the compute dtype.
+        self.softmax = keras.layers.Softmax(dtype="float32", name="probabilities")
+
+    def call(self, inputs, mask=None, training=None):
+        x = ops.mean(inputs, axis=1)  # (batch, length, hidden)
+        if mask is not None:
+            weights = ops.cast(mask, x.dtype)[:, :, None]  # (batch, length, 1)
+            x = x * weights
+        if self.pooling == "flatten":
+            x = ops.reshape(x, (-1, x.shape[1] * x.shape[2]))  # (batch, L * H)
+        elif self.pooling == "mean":
+            if mask is None:
+                x = ops.mean(x, axis=1)
+            else:
+                count = ops.maximum(ops.sum(weights, axis=1), 1.0)
+                x = ops.sum(x, axis=1) / count  # (batch, hidden)
+        else:
+            x = x[:, 0, :]  # (batch, hidden)
+        logits = self.logits(self.dropout(x, training=training))
+        return self.softmax(ops.cast(logits, "float32"))  # (batch, classes)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_classes)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "pooling": self.pooling,
+                "dropout_rate": self.dropout_rate,
+                "initializer_range": self.initializer_range,
+            }
+        )
+        return config

@@ -1,0 +1,97 @@
+"""ALBERT's factorized embedding: a V x E lookup, then an E x H projection."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="albert_pipeline")
+class FactorizedEmbedding(keras.layers.Layer):
+    """Token embedding factorized into a small table and a projection.
+
+    A vocabulary of V words embedded directly at hidden size H costs V * H
+    parameters; ALBERT looks words up in a V x E table with E much smaller
+    than H and projects to H with one E x H matrix, for V * E + E * H (+ H
+    with a bias). Id 0 is padding: the layer emits a mask that is False there.
+
+    Args:
+        vocabulary_size: int, V, the number of token ids.
+        embedding_size: int, E, the width of the lookup table.
+        hidden_size: int, H, the width the projection maps to.
+        use_bias: bool, whether the projection has a bias.
+        initializer_range: float, stddev of the truncated-normal initializer.
+        **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    Call arguments:
+        inputs: int tensor of token ids, shape `(batch, length)`.
+
+    Example:
+
+    >>> layer = FactorizedEmbedding(1000, 16, 512)
+    >>> layer(keras.ops.ones((2, 10), "int32")).shape
+    (2, 10, 512)
+    >>> layer.count_params()  # 1000 * 16 + 16 * 512 + 512
+    24704
+
+    References:
+        - [Lan et al., 2019](https://arxiv.org/abs/1909.11942), section 3.1
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        embedding_size,
+        hidden_size,
+        use_bias=True,
+        initializer_range=0.02,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocabulary_size = int(vocabulary_size)
+        self.embedding_size = int(embedding_size)
+        self.hidden_size = int(hidden_size)
+        self.use_bias = bool(use_bias)
+        self.initializer_range = float(initializer_range)
+
+    def build(self, input_shape):
+        initializer = keras.initializers.TruncatedNormal(
+            stddev=self.initializer_range
+        )
+        self.token_embedding = keras.layers.Embedding(
+            self.vocabulary_size,
+            self.embedding_size,
+            embeddings_initializer=initializer,
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        self.projection = keras.layers.Dense(
+            self.hidden_size,
+            use_bias=self.use_bias,
+            kernel_initializer=initializer,
+            dtype=self.dtype_policy,
+            name="projection",
+        )
+        self.token_embedding.build(input_shape)
+        self.projection.build(tuple(input_shape) + (self.embedding_size,))
+
+    def call(self, inputs):
+        embedded = self.token_embedding(inputs)  # (batch, length, E)
+        return self.projection(embedded)  # (batch, length, H)
+
+    def compute_mask(self, inputs, mask=None):
+        return ops.not_equal(inputs, 0)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape) + (self.hidden_size,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "embedding_size": self.embedding_size,
+                "hidden_size": self.hidden_size,
+                "use_bias": self.use_bias,
+                "initializer_range": self.initializer_range,
+            }
+        )
+        return config

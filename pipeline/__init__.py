@@ -1,0 +1,1 @@
+"""Data, training, export and serving of the ALBERT-style text classifier."""

@@ -1,0 +1,155 @@
+"""Every default of the project, in one place, with a comment on each field.
+
+`Config` groups three sections: `model` (what `build_model` builds), `data`
+(how files become ids) and `train` (how the model is optimized). A run's
+resolved config is written to `MODEL_DIR/config.json`; `--config FILE`
+overrides any field with a JSON file of the same nesting.
+"""
+
+import dataclasses
+import json
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    # Token ids, from the learned vocabulary (set by the data pipeline).
+    vocabulary_size: int = 0
+    # Output classes, from the label set of the training data.
+    num_classes: int = 0
+    # Tokens per example, [CLS] included; fixed so TPU shapes are static.
+    max_length: int = 128
+    # E: width of the V x E embedding table (ALBERT-base: 128).
+    embedding_size: int = 128
+    # H: width of the Transformer; E x H projects embeddings to it.
+    hidden_size: int = 256
+    # N: Transformer layers applied; with sharing, depth adds no weights.
+    num_layers: int = 4
+    # Attention heads; hidden_size must divide evenly among them.
+    num_heads: int = 4
+    # Width of the position-wise feed-forward layer (4 x hidden, as BERT).
+    intermediate_size: int = 1024
+    # Distinct blocks the N layers share: 1 = ALBERT, num_layers = no sharing.
+    num_groups: int = 1
+    # Activation of the feed-forward layer.
+    hidden_activation: str = "gelu"
+    # Dropout after each sub-layer and on the pooled vector.
+    dropout_rate: float = 0.1
+    # Dropout on attention weights; 0 lets Keras use its fused attention op.
+    attention_dropout_rate: float = 0.0
+    # Pre-norm blocks instead of the post-norm of BERT/ALBERT.
+    norm_first: bool = False
+    # Epsilon of every layer normalization (BERT/ALBERT use 1e-12).
+    layer_norm_epsilon: float = 1e-12
+    # Head pooling: "flatten" (source design), "mean" or "first" ([CLS]).
+    pooling: str = "flatten"
+    # Stddev of the truncated-normal initializers (BERT/ALBERT: 0.02).
+    initializer_range: float = 0.02
+
+
+@dataclasses.dataclass
+class DataConfig:
+    # Column (CSV/TSV) or field (JSONL/TFRecord) holding the text.
+    text_column: str = "text"
+    # Column or field holding the label (string or integer).
+    label_column: str = "label"
+    # "auto" picks by file extension; or "csv", "tsv", "jsonl", "tfrecord".
+    file_format: str = "auto"
+    # Skip and count bad rows instead of stopping at the first one.
+    skip_bad_rows: bool = False
+    # "wordpiece" (tensorflow-text's learner) or "word" (source design).
+    tokenizer: str = "wordpiece"
+    # Upper bound on the vocabulary, reserved tokens included.
+    vocabulary_size: int = 8000
+    # Words seen fewer times than this in training map to [UNK].
+    min_count: int = 2
+    # Case-fold text before splitting it.
+    lower_case: bool = True
+    # Unicode normalization applied before splitting ("NFKC", "NFD", "").
+    normalization_form: str = "NFKC"
+    # Examples held in the shuffle buffer (whole corpus when it is smaller).
+    shuffle_buffer_size: int = 100_000
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    # Global batch size, split evenly across replicas.
+    batch_size: int = 32
+    # Passes over the training data.
+    epochs: int = 3
+    # Peak learning rate of AdamW, reached after warm-up.
+    learning_rate: float = 1e-3
+    # Fraction of all steps spent warming up linearly from 0.
+    warmup_fraction: float = 0.1
+    # Decoupled weight decay of AdamW (not applied to norms and biases).
+    weight_decay: float = 0.01
+    # Gradients are clipped to this global norm.
+    clip_norm: float = 1.0
+    # Training steps run per host round trip (TPUs want 50-1000).
+    steps_per_execution: int = 1
+    # Save a resumable checkpoint every this many steps.
+    checkpoint_every: int = 200
+    # Seed of initialization, shuffling and dropout.
+    seed: int = 42
+    # "float32" or "mixed_bfloat16" (the default on TPUs).
+    precision: str = "float32"
+
+
+@dataclasses.dataclass
+class Config:
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    def save(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values, source="config"):
+        return override(cls(), values, source)
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            try:
+                values = json.load(f)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}: not valid JSON: {error}") from None
+        return cls.from_dict(values, source=str(path))
+
+
+def override(config, values, source="overrides"):
+    """Returns a copy of `config` with the nested `values` replacing fields.
+
+    Unknown sections or fields and values of the wrong type raise a
+    `ValueError` naming `source` and the field, so a typo never passes
+    silently.
+    """
+    if not isinstance(values, dict):
+        raise ValueError(f"{source}: expected a JSON object, got {values!r}")
+    changes = {}
+    fields = {field.name: field for field in dataclasses.fields(config)}
+    for key, value in values.items():
+        if key not in fields:
+            raise ValueError(
+                f"{source}: unknown field {key!r} in {type(config).__name__}; "
+                f"known: {sorted(fields)}"
+            )
+        current = getattr(config, key)
+        if dataclasses.is_dataclass(current):
+            changes[key] = override(current, value, f"{source}: {key}")
+        else:
+            changes[key] = _coerce(value, type(current), f"{source}: {key}")
+    return dataclasses.replace(config, **changes)
+
+
+def _coerce(value, kind, where):
+    # JSON has no int/float distinction worth failing on: 1 is a fine float.
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"{where}: expected {kind.__name__}, got {value!r}")
+    return value

@@ -1,0 +1,98 @@
+"""`build_model(config)`: the one place the classifier is assembled.
+
+Training, tuning, export and tests all call it, so the model has exactly one
+definition. `model_internals` runs a built model's layers (same weights)
+to expose every layer's output and attention maps for visualization.
+"""
+
+import keras
+
+from layers import ClassificationHead, FactorizedEmbedding, SharedEncoder, TimingSignal1D
+
+
+def build_model(config):
+    """Builds the classifier from int32 ids `(batch, max_length)` to probabilities.
+
+    Args:
+        config: a `pipeline.config.ModelConfig` with `vocabulary_size` and
+            `num_classes` filled in.
+
+    Returns:
+        A functional `keras.Model` named `albert_classifier` whose output is
+        float32 `(batch, num_classes)` probabilities.
+    """
+    for field in ("vocabulary_size", "num_classes", "max_length"):
+        if getattr(config, field) <= 0:
+            raise ValueError(f"ModelConfig.{field} must be positive, got {getattr(config, field)}")
+    token_ids = keras.Input((config.max_length,), dtype="int32", name="token_ids")
+    embedding = FactorizedEmbedding(
+        config.vocabulary_size,
+        config.embedding_size,
+        config.hidden_size,
+        initializer_range=config.initializer_range,
+        name="embedding",
+    )
+    x = embedding(token_ids)  # (batch, length, hidden)
+    padding_mask = embedding.compute_mask(token_ids)  # (batch, length)
+    x = TimingSignal1D(name="timing_signal")(x)
+    x = keras.layers.LayerNormalization(
+        epsilon=config.layer_norm_epsilon, name="embedding_norm"
+    )(x)
+    x = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")(x)
+    encoder = SharedEncoder(
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
+        intermediate_size=config.intermediate_size,
+        num_groups=config.num_groups,
+        dropout_rate=config.dropout_rate,
+        attention_dropout_rate=config.attention_dropout_rate,
+        activation=config.hidden_activation,
+        norm_first=config.norm_first,
+        layer_norm_epsilon=config.layer_norm_epsilon,
+        initializer_range=config.initializer_range,
+        name="encoder",
+    )
+    layer_outputs = encoder(x, mask=padding_mask)  # (batch, layers, length, hidden)
+    probabilities = ClassificationHead(
+        config.num_classes,
+        pooling=config.pooling,
+        dropout_rate=config.dropout_rate,
+        initializer_range=config.initializer_range,
+        name="head",
+    )(layer_outputs, mask=padding_mask)
+    return keras.Model(token_ids, probabilities, name="albert_classifier")
+
+
+def model_internals(model, token_ids):
+    """Runs `model`'s own layers (same weights) and returns its internals.
+
+    Works eagerly and inside a `tf.function` (the export's attention
+    signature uses it). A second functional model cannot do this in Keras
+    3.15: its graph check assumes a re-called layer keeps the output arity of
+    its first call, and the encoder returns one more tensor here.
+
+    Args:
+        model: a model from `build_model`.
+        token_ids: int32 `(batch, max_length)`.
+
+    Returns:
+        A dict with `probabilities` `(batch, classes)`, `layer_outputs`
+        `(batch, layers, length, hidden)` and `attention`
+        `(batch, layers, heads, length, length)`, all in inference mode.
+    """
+    embedding = model.get_layer("embedding")
+    padding_mask = embedding.compute_mask(token_ids)  # (batch, length)
+    x = embedding(token_ids)
+    for name in ("timing_signal", "embedding_norm", "embedding_dropout"):
+        x = model.get_layer(name)(x, training=False)
+    layer_outputs, attention = model.get_layer("encoder")(
+        x, mask=padding_mask, training=False, return_attention_scores=True
+    )
+    probabilities = model.get_layer("head")(
+        layer_outputs, mask=padding_mask, training=False
+    )
+    return {
+        "probabilities": probabilities,
+        "layer_outputs": layer_outputs,
+        "attention": attention,
+    }
