@@ -1,0 +1,59 @@
+"""The label set: taken from the training data, sorted, saved with the model."""
+
+import json
+import os
+
+import numpy as np
+
+from pipeline.readers import DataError
+
+LABELS_FILE = "labels.json"
+
+
+def label_names(labels):
+    """Sorted distinct labels; numerically when every label is an integer."""
+    names = set(labels)
+    if all(_is_integer(name) for name in names):
+        return sorted(names, key=int)
+    return sorted(names)
+
+
+def encode_labels(examples, names, skip_bad_rows=False):
+    """Label ids of `examples` (int32), for a label set `names`.
+
+    A label that training never saw is a `DataError` naming the file and
+    line, or, with `skip_bad_rows`, removes that example from `examples` and
+    is counted in `examples.skipped`.
+    """
+    index = {name: i for i, name in enumerate(names)}
+    keep, ids = [], []
+    for position, (label, source) in enumerate(zip(examples.labels, examples.sources)):
+        if label not in index:
+            if not skip_bad_rows:
+                raise DataError(f"{source}: label {label!r} never seen in training; known: {names}")
+            examples.skipped["label never seen in training"] += 1
+            continue
+        keep.append(position)
+        ids.append(index[label])
+    if len(keep) < len(examples):
+        for field in ("texts", "labels", "sources"):
+            values = getattr(examples, field)
+            setattr(examples, field, [values[i] for i in keep])
+    return np.asarray(ids, "int32")
+
+
+def save_label_names(names, directory):
+    with open(os.path.join(directory, LABELS_FILE), "w", encoding="utf-8") as f:
+        json.dump(list(names), f, ensure_ascii=False, indent=1)
+
+
+def load_label_names(directory):
+    with open(os.path.join(directory, LABELS_FILE), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _is_integer(name):
+    try:
+        return str(int(name)) == name
+    except ValueError:
+        return False

@@ -1,0 +1,176 @@
+"""Readers: labelled text from CSV, TSV, JSON Lines and TFRecord files.
+
+Every example keeps where it came from (`file:line`, or `file:record N` for
+TFRecord), so a bad row is reported by file, line and value. A bad row stops
+the read with a `DataError`, or, with `skip_bad_rows`, is counted by reason
+and left out; nothing is dropped without being counted.
+"""
+
+import collections
+import csv
+import dataclasses
+import glob
+import json
+import os
+
+import tensorflow as tf
+
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
+           ".tfrecord": "tfrecord", ".tfrecords": "tfrecord"}
+
+
+class DataError(ValueError):
+    """A bad input file or row; the message names the file, line and value."""
+
+
+@dataclasses.dataclass
+class Examples:
+    texts: list
+    labels: list  # strings: integer labels are read as their decimal text
+    sources: list  # "file:line" of each example
+    skipped: collections.Counter  # reason -> rows skipped
+
+    def __len__(self):
+        return len(self.texts)
+
+
+def expand_paths(paths):
+    """Files named by a path, a glob, or a comma-separated list of either."""
+    if isinstance(paths, str):
+        paths = [p for p in paths.split(",") if p]
+    files = []
+    for pattern in paths:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matches:
+            raise DataError(f"{pattern}: no file matches this pattern")
+        files.extend(matches)
+    for path in files:
+        if not os.path.isfile(path):
+            raise DataError(f"{path}: no such file")
+    return files
+
+
+def file_format(path, requested="auto"):
+    if requested != "auto":
+        if requested not in set(FORMATS.values()):
+            raise DataError(f"unknown file format {requested!r}; known: {sorted(set(FORMATS.values()))}")
+        return requested
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in FORMATS:
+        raise DataError(f"{path}: cannot tell the format from {extension!r}; set the file format")
+    return FORMATS[extension]
+
+
+def read_examples(paths, text_column="text", label_column="label",
+                  requested_format="auto", skip_bad_rows=False):
+    """Reads every example of `paths` into memory, validated.
+
+    Returns:
+        `Examples`; `skipped` counts the rows left out by reason (always empty
+        unless `skip_bad_rows`).
+    Raises:
+        DataError: on a missing or empty file, or on a bad row unless
+            `skip_bad_rows`.
+    """
+    examples = Examples([], [], [], collections.Counter())
+    for path in expand_paths(paths):
+        rows = _ROW_READERS[file_format(path, requested_format)](path, text_column, label_column)
+        before = len(examples) + sum(examples.skipped.values())
+        for source, text, label, problem in rows:
+            if isinstance(label, str):
+                label = label.strip()
+            if problem is None:
+                problem = _check(text, label, text_column, label_column)
+            if problem is not None:
+                if not skip_bad_rows:
+                    raise DataError(f"{source}: {problem}")
+                examples.skipped[problem.split(":")[0]] += 1
+                continue
+            examples.texts.append(text)
+            examples.labels.append(str(label))
+            examples.sources.append(source)
+        if len(examples) + sum(examples.skipped.values()) == before:
+            raise DataError(f"{path}: the file holds no examples")
+    return examples
+
+
+def _check(text, label, text_column, label_column):
+    if not isinstance(text, str) or not text.strip():
+        return f"missing or empty text: {text_column}={text!r}"
+    if isinstance(label, bool) or not isinstance(label, (str, int)) or str(label).strip() == "":
+        return f"missing or invalid label: {label_column}={label!r}"
+    for name, value in ((text_column, text), (label_column, str(label))):
+        # surrogateescape turns undecodable bytes into lone surrogates.
+        if any("\udc80" <= ch <= "\udcff" for ch in value):
+            raw = value.encode("utf-8", "surrogateescape")
+            return f"bytes that are not UTF-8: {name}={raw!r}"
+    return None
+
+
+def _delimited_rows(path, text_column, label_column, delimiter):
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+        reader = csv.DictReader(f, delimiter=delimiter)
+        header = reader.fieldnames or []
+        for column in (text_column, label_column):
+            if column not in header:
+                raise DataError(f"{path}:1: no column {column!r} in header {header}")
+        for row in reader:
+            source = f"{path}:{reader.line_num}"
+            if None in row or None in row.values():
+                fields = len(row) - (None in row) + len(row.get(None) or [])
+                values = [v for k, v in row.items() if k is not None and v is not None]
+                yield source, None, None, (
+                    f"wrong field count: {fields} fields, header has {len(header)}: {values!r}")
+                continue
+            yield source, row[text_column], row[label_column], None
+
+
+def _csv_rows(path, text_column, label_column):
+    return _delimited_rows(path, text_column, label_column, ",")
+
+
+def _tsv_rows(path, text_column, label_column):
+    return _delimited_rows(path, text_column, label_column, "\t")
+
+
+def _jsonl_rows(path, text_column, label_column):
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        for number, line in enumerate(f, start=1):
+            source = f"{path}:{number}"
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                yield source, None, None, f"not valid JSON ({error.msg}): {line.strip()[:200]!r}"
+                continue
+            if not isinstance(record, dict):
+                yield source, None, None, f"not a JSON object: {line.strip()[:200]!r}"
+                continue
+            yield source, record.get(text_column), record.get(label_column), None
+
+
+def _tfrecord_rows(path, text_column, label_column):
+    for index, record in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator()):
+        source = f"{path}:record {index}"
+        try:
+            example = tf.train.Example.FromString(record)
+        except Exception:  # protobuf raises its own DecodeError type
+            yield source, None, None, f"not a tf.train.Example: {record[:100]!r}"
+            continue
+        features = example.features.feature
+        yield source, _feature_value(features, text_column), _feature_value(features, label_column), None
+
+
+def _feature_value(features, name):
+    if name not in features:
+        return None
+    feature = features[name]
+    if feature.HasField("int64_list") and len(feature.int64_list.value) == 1:
+        return int(feature.int64_list.value[0])
+    if feature.HasField("bytes_list") and len(feature.bytes_list.value) == 1:
+        return feature.bytes_list.value[0].decode("utf-8", "surrogateescape")
+    return None
+
+
+_ROW_READERS = {"csv": _csv_rows, "tsv": _tsv_rows, "jsonl": _jsonl_rows, "tfrecord": _tfrecord_rows}

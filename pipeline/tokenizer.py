@@ -1,0 +1,128 @@
+"""Tokenization with tensorflow-text ops, the same in training and serving.
+
+Text is repaired (invalid UTF-8 becomes U+FFFD), Unicode-normalized,
+optionally case-folded, and split on whitespace, punctuation and between
+Chinese/Japanese/Korean ideographs and symbols such as emoji (tensorflow-
+text's BERT pre-tokenizer).
+The words are then looked up whole (word vocabulary, as the source design)
+or split into WordPiece units. Every sequence starts with [CLS] and is
+truncated and zero-padded to `max_length`.
+"""
+
+import collections
+import json
+import os
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
+
+RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
+KINDS = ("wordpiece", "word")
+VOCABULARY_FILE = "vocab.txt"
+SETTINGS_FILE = "tokenizer.json"
+
+
+class Tokenizer(tf.Module):
+    """Maps a batch of strings to int32 ids `(batch, max_length)`.
+
+    A `tf.Module`, so the exported SavedModel carries the vocabulary and the
+    same ops. Build one from a corpus with `Tokenizer.learn`, or from a
+    directory with `Tokenizer.load`.
+    """
+
+    def __init__(self, vocabulary, kind="wordpiece", max_length=128,
+                 lower_case=True, normalization_form="NFKC"):
+        super().__init__(name="tokenizer")
+        if kind not in KINDS:
+            raise ValueError(f"tokenizer must be one of {KINDS}, got {kind!r}")
+        if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+            raise ValueError(f"vocabulary must start with {RESERVED_TOKENS}")
+        self.vocabulary = list(vocabulary)
+        self.settings = {"kind": kind, "max_length": int(max_length),
+                         "lower_case": bool(lower_case),
+                         "normalization_form": normalization_form or ""}
+        self._words = BasicTokenizer(lower_case=False)
+        self._tokens = tf.constant(self.vocabulary)
+        if kind == "wordpiece":
+            self._wordpiece = tf_text.FastWordpieceTokenizer(
+                self.vocabulary, token_out_type=tf.int32,
+                no_pretokenization=True, unknown_token="[UNK]")
+        else:
+            self._table = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(
+                    self._tokens, tf.range(len(self.vocabulary), dtype=tf.int32)),
+                default_value=UNK_ID)
+
+    @property
+    def max_length(self):
+        return self.settings["max_length"]
+
+    def words(self, texts):
+        """Pre-tokenized words of a `[batch]` string tensor, ragged."""
+        texts = tf.strings.unicode_transcode(
+            texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+        if self.settings["normalization_form"]:
+            texts = tf_text.normalize_utf8(texts, self.settings["normalization_form"])
+        if self.settings["lower_case"]:
+            texts = tf_text.case_fold_utf8(texts)
+        # Symbols such as emoji stand alone, as ideographs do ("😀dog").
+        texts = tf.strings.regex_replace(texts, r"(\p{So})", r" \1 ")
+        return self._words.tokenize(texts)  # (batch, (words))
+
+    def __call__(self, texts):
+        words = self.words(texts)
+        if self.settings["kind"] == "wordpiece":
+            ids = self._wordpiece.tokenize(words).merge_dims(-2, -1)
+        else:
+            ids = tf.ragged.map_flat_values(self._table.lookup, words)
+        ids = ids[:, : self.max_length - 1]  # room for [CLS]
+        cls = tf.fill([ids.nrows(), 1], tf.constant(CLS_ID, tf.int32))
+        ids = tf.concat([cls, ids], axis=1)
+        return ids.to_tensor(default_value=PAD_ID, shape=[None, self.max_length])
+
+    def tokens(self, ids):
+        """The vocabulary entries of `ids`, padding included."""
+        return tf.gather(self._tokens, ids)
+
+    @classmethod
+    def learn(cls, texts, kind="wordpiece", vocabulary_size=8000, min_count=2,
+              max_length=128, lower_case=True, normalization_form="NFKC"):
+        """Learns a vocabulary from training `texts` (a list of strings).
+
+        Word vocabulary: words seen at least `min_count` times, most frequent
+        first, at most `vocabulary_size` entries with the reserved tokens;
+        everything else maps to [UNK]. WordPiece: tensorflow-text's learner,
+        with `min_count` as its lowest frequency threshold.
+        """
+        probe = cls(list(RESERVED_TOKENS), "word", max_length, lower_case, normalization_form)
+        counts = collections.Counter()
+        for batch in tf.data.Dataset.from_tensor_slices(texts).batch(4096):
+            counts.update(probe.words(batch).flat_values.numpy())
+        counts = {word.decode("utf-8"): count for word, count in counts.items()}
+        if kind == "word":
+            frequent = sorted((w for w, c in counts.items() if c >= min_count),
+                              key=lambda w: (-counts[w], w))
+            vocabulary = list(RESERVED_TOKENS) + frequent[: vocabulary_size - len(RESERVED_TOKENS)]
+        else:
+            learned = wordpiece_tokenizer_learner_lib.learn(
+                counts, vocabulary_size, list(RESERVED_TOKENS),
+                lower_thresh=max(1, min_count), max_unique_chars=vocabulary_size)
+            vocabulary = list(RESERVED_TOKENS) + [t for t in learned if t not in RESERVED_TOKENS]
+        return cls(vocabulary, kind, max_length, lower_case, normalization_form)
+
+    def save(self, directory):
+        with open(os.path.join(directory, VOCABULARY_FILE), "w", encoding="utf-8") as f:
+            f.write("\n".join(self.vocabulary) + "\n")
+        with open(os.path.join(directory, SETTINGS_FILE), "w", encoding="utf-8") as f:
+            json.dump(self.settings, f, indent=2)
+
+    @classmethod
+    def load(cls, directory):
+        with open(os.path.join(directory, VOCABULARY_FILE), encoding="utf-8") as f:
+            vocabulary = f.read().split("\n")[:-1]
+        with open(os.path.join(directory, SETTINGS_FILE), encoding="utf-8") as f:
+            settings = json.load(f)
+        return cls(vocabulary, **settings)
