@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= runs/demo
+# TensorFlow's C++ start-up chatter hides the output that matters; 0 brings it back.
+export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: demo test install clean
 
@@ -17,8 +19,19 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 
 install: $(BIN)/.installed
 
+# Trains the default model on the embedded demo corpus (fresh each time),
+# exports it, and classifies sentences with the exported SavedModel.
 demo: install
-	$(BIN)/python -m pipeline.demo --model-dir $(DEMO_DIR)
+	rm -rf $(DEMO_DIR)
+	$(BIN)/python -m pipeline.train --model-dir $(DEMO_DIR) --max-length 32 --epochs 5
+	printf '%s\n' \
+	  "our team crushed their team" \
+	  "their team crushed our team" \
+	  "the food was awful but the staff was lovely" \
+	  "the food was lovely but the staff was awful" \
+	  "honestly , the movie was good , not boring" \
+	  "honestly , the movie was boring , not good" \
+	  | $(BIN)/python -m pipeline.predict --model $(DEMO_DIR)/export --format tsv
 
 test: install
 	$(BIN)/python -m pytest tests

@@ -90,8 +90,11 @@ class TrainConfig:
     checkpoint_every: int = 200
     # Seed of initialization, shuffling and dropout.
     seed: int = 42
-    # "float32" or "mixed_bfloat16" (the default on TPUs).
-    precision: str = "float32"
+    # "auto" (mixed_bfloat16 on TPUs, float32 elsewhere), "float32" or
+    # "mixed_bfloat16"; layer norms and the softmax stay float32 either way.
+    precision: str = "auto"
+    # Validation score that picks the best weights: "accuracy" or "macro_f1".
+    best_metric: str = "accuracy"
 
 
 @dataclasses.dataclass

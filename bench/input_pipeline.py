@@ -1,0 +1,102 @@
+"""Input pipeline throughput next to training throughput, in one run.
+
+    .venv/bin/python bench/input_pipeline.py [--examples 30000] [--out bench/results/input_pipeline.json]
+
+Writes a demo corpus of `--examples` sentences as CSV and as TFRecord, then
+measures, on this machine and in this process:
+  - cold input: read + validate + tokenize + batch, from each format (the
+    work done once per run; later epochs reuse the int32 arrays);
+  - warm input: an epoch of shuffled static-shape batches from those arrays;
+  - training: steady-state examples/s of the default model (first compiled
+    steps excluded);
+and prints their ratios. The target is input >= 20x training.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+from pipeline.config import Config  # noqa: E402
+from pipeline.dataset import learn_vocabulary, load_split, train_dataset  # noqa: E402
+from pipeline.demo_corpus import generate  # noqa: E402
+from pipeline.model import build_model  # noqa: E402
+from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
+
+
+def write_corpus(directory, count):
+    rows = generate(count, seed=0)
+    csv_path, record_path = os.path.join(directory, "corpus.csv"), os.path.join(directory, "corpus.tfrecord")
+    with open(csv_path, "w", encoding="utf-8") as f:
+        f.write("text,label\n" + "".join(f"{text},{label}\n" for text, label in rows))
+    with tf.io.TFRecordWriter(record_path) as writer:
+        for text, label in rows:
+            features = {name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
+                        for name, value in (("text", text), ("label", label))}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString())
+    return csv_path, record_path
+
+
+def cold_input(path, config, tokenizer, names):
+    start = time.perf_counter()
+    split = load_split(path, config.data, tokenizer, names)
+    batches = sum(1 for _ in train_dataset(split, config.train.batch_size, seed=0))
+    return split, batches * config.train.batch_size / (time.perf_counter() - start)
+
+
+def warm_input(split, config):
+    start, count = time.perf_counter(), 0
+    for epoch in range(3):
+        for ids, _ in train_dataset(split, config.train.batch_size, seed=0, epoch=epoch):
+            count += int(ids.shape[0])
+    return count / (time.perf_counter() - start)
+
+
+def training(split, config, model_dir, steps=30, warmup_steps=5):
+    model = build_model(config.model)
+    strategy = tf.distribute.get_strategy()
+    trainer = Trainer(model, build_optimizer(config.train, 1000), strategy, config.train, model_dir)
+    iterator = iter(train_dataset(split, config.train.batch_size, seed=0).repeat())
+    trainer._train_steps(iterator, tf.constant(warmup_steps))  # tracing and first compiled steps
+    start = time.perf_counter()
+    trainer._train_steps(iterator, tf.constant(steps))
+    float(trainer.loss.result())  # waits for the steps to finish
+    return steps * config.train.batch_size / (time.perf_counter() - start)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", type=int, default=30_000)
+    parser.add_argument("--out", default=os.path.join("bench", "results", "input_pipeline.json"))
+    args = parser.parse_args()
+    config = Config()
+    with tempfile.TemporaryDirectory() as directory:
+        csv_path, record_path = write_corpus(directory, args.examples)
+        names, tokenizer = learn_vocabulary(csv_path, config.data, config.model.max_length)
+        config.model.vocabulary_size, config.model.num_classes = len(tokenizer.vocabulary), len(names)
+        split, csv_rate = cold_input(csv_path, config, tokenizer, names)
+        _, record_rate = cold_input(record_path, config, tokenizer, names)
+        warm_rate = warm_input(split, config)
+        train_rate = training(split, config, directory)
+    results = {"examples": args.examples, "max_length": config.model.max_length,
+               "batch_size": config.train.batch_size, "cold_csv_examples_per_s": csv_rate,
+               "cold_tfrecord_examples_per_s": record_rate, "warm_examples_per_s": warm_rate,
+               "training_examples_per_s": train_rate}
+    print(f"{'stage':<34}{'examples/s':>12}{'x training':>12}")
+    for label, rate in [("cold input from CSV", csv_rate), ("cold input from TFRecord", record_rate),
+                        ("warm input (cached int32 arrays)", warm_rate), ("training, default model", train_rate)]:
+        print(f"{label:<34}{rate:>12,.0f}{rate / train_rate:>11.1f}x")
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

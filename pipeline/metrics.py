@@ -1,0 +1,51 @@
+"""Classification metrics of an evaluation, as written to `metrics.json`."""
+
+import numpy as np
+
+
+def classification_report(labels, predictions, label_names):
+    """Accuracy, macro-F1, per-class precision/recall/F1 and the confusion matrix.
+
+    Args:
+        labels: int array of true class ids.
+        predictions: int array of predicted class ids, same length.
+        label_names: class names, indexed by id.
+    """
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    classes = len(label_names)
+    confusion = np.zeros((classes, classes), "int64")  # rows: true, columns: predicted
+    np.add.at(confusion, (labels, predictions), 1)
+    true_positives = np.diag(confusion).astype("float64")
+    precision = _divide(true_positives, confusion.sum(axis=0))
+    recall = _divide(true_positives, confusion.sum(axis=1))
+    f1 = _divide(2 * precision * recall, precision + recall)
+    per_class = {
+        name: {"precision": precision[i], "recall": recall[i], "f1": f1[i],
+               "support": int(confusion[i].sum())}
+        for i, name in enumerate(label_names)
+    }
+    return {
+        "examples": int(len(labels)),
+        "accuracy": float(true_positives.sum() / max(len(labels), 1)),
+        "macro_f1": float(f1.mean()),
+        "per_class": {name: {k: float(v) if k != "support" else v for k, v in stats.items()}
+                      for name, stats in per_class.items()},
+        "confusion_matrix": {"labels": list(label_names), "rows_true_columns_predicted": confusion.tolist()},
+    }
+
+
+def format_report(report):
+    """A plain-text table of a `classification_report`."""
+    width = max([len("class")] + [len(name) for name in report["per_class"]])
+    lines = [f"{'class':<{width}}  precision  recall     f1  support"]
+    for name, stats in report["per_class"].items():
+        lines.append(f"{name:<{width}}  {stats['precision']:9.4f}  {stats['recall']:6.4f}"
+                     f"  {stats['f1']:5.4f}  {stats['support']:7d}")
+    lines.append(f"accuracy {report['accuracy']:.4f}   macro-F1 {report['macro_f1']:.4f}"
+                 f"   examples {report['examples']}")
+    return "\n".join(lines)
+
+
+def _divide(numerator, denominator):
+    return np.divide(numerator, denominator, out=np.zeros_like(numerator, dtype="float64"),
+                     where=denominator > 0)

@@ -1,0 +1,76 @@
+"""The layout of a training run's directory, written by `pipeline.train`.
+
+    MODEL_DIR/config.json        resolved config (model sizes filled in)
+    MODEL_DIR/vocab.txt          vocabulary, one token per line
+    MODEL_DIR/tokenizer.json     tokenizer settings
+    MODEL_DIR/labels.json        class names, indexed by class id
+    MODEL_DIR/checkpoints/       resumable state (model, optimizer, step)
+    MODEL_DIR/best.weights.h5    weights with the best validation score
+    MODEL_DIR/logs/              TensorBoard
+    MODEL_DIR/metrics.json       final evaluation
+    MODEL_DIR/export/<version>/  serving SavedModel
+"""
+
+import os
+
+import tensorflow as tf
+
+from pipeline.config import Config
+from pipeline.labels import LABELS_FILE, load_label_names, save_label_names
+from pipeline.model import build_model
+from pipeline.tokenizer import Tokenizer
+from pipeline.trainer import BEST_WEIGHTS, CHECKPOINT_DIR
+
+CONFIG_FILE = "config.json"
+
+
+def check_or_save_config(model_dir, config):
+    """Saves `config`, or checks it equals the one a previous run saved.
+
+    Resuming with different settings would silently mix two runs, so a
+    mismatch is an error that names the differing fields.
+    """
+    path = os.path.join(model_dir, CONFIG_FILE)
+    if os.path.exists(path):
+        saved = Config.load(path).to_dict()
+        current = config.to_dict()
+        changed = [f"{section}.{key}: {saved[section][key]!r} -> {value!r}"
+                   for section, values in current.items()
+                   for key, value in values.items() if saved[section][key] != value]
+        if changed:
+            raise ValueError(f"{model_dir} holds a run with other settings ({'; '.join(changed)}); "
+                             "use a new --model-dir, or the same settings to resume")
+    else:
+        config.save(path)
+
+
+def save_vocabulary(model_dir, tokenizer, label_names):
+    tokenizer.save(model_dir)
+    save_label_names(label_names, model_dir)
+
+
+def has_vocabulary(model_dir):
+    return os.path.exists(os.path.join(model_dir, LABELS_FILE))
+
+
+def load_run(model_dir):
+    """`(config, tokenizer, label_names)` of a run directory."""
+    path = os.path.join(model_dir, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise ValueError(f"{model_dir}: no {CONFIG_FILE}; not a pipeline.train model directory")
+    return Config.load(path), Tokenizer.load(model_dir), load_label_names(model_dir)
+
+
+def restore_model(model_dir):
+    """The trained model of a run: its best weights, else its latest checkpoint."""
+    config, tokenizer, names = load_run(model_dir)
+    model = build_model(config.model)
+    best = os.path.join(model_dir, BEST_WEIGHTS)
+    if os.path.exists(best):
+        model.load_weights(best)
+    else:
+        latest = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR))
+        if latest is None:
+            raise ValueError(f"{model_dir}: no best weights and no checkpoint to restore")
+        tf.train.Checkpoint(model=model).restore(latest).expect_partial()
+    return model, tokenizer, names

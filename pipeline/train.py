@@ -1,0 +1,187 @@
+"""Train, evaluate and export a text classifier.
+
+    python -m pipeline.train --train FILES --eval FILES --model-dir DIR [--tpu [NAME|local]]
+
+With no --train, it trains on the embedded demo corpus. Killed and started
+again with the same command, it resumes from its last checkpoint.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from pipeline import model_dir as run_dir
+from pipeline.config import Config, override
+from pipeline.dataset import learn_vocabulary, load_split
+from pipeline.demo_corpus import write_demo_corpus
+from pipeline.export import EXPORT_DIR, export_saved_model
+from pipeline.labels import load_label_names
+from pipeline.metrics import classification_report, format_report
+from pipeline.model import build_model
+from pipeline.readers import DataError
+from pipeline.strategy import TPUUnavailableError, resolve_strategy
+from pipeline.tokenizer import Tokenizer
+from pipeline.trainer import BEST_WEIGHTS, Trainer, TrainingError, build_optimizer
+
+METRICS_FILE = "metrics.json"
+
+
+def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu=None,
+                       strategy=None, export=True):
+    """Trains `config` on the files given (the demo corpus without any).
+
+    `strategy` overrides the one `resolve_strategy(tpu)` picks. Returns the
+    final evaluation report (also written to `metrics.json`).
+    """
+    strategy = strategy or resolve_strategy(tpu)
+    precision = configure_runtime(config, tpu)
+    config, names, tokenizer, train, evaluation = prepare_run(config, model_dir, train_paths, eval_paths)
+    print(f"{len(train)} training and {len(evaluation)} evaluation examples, "
+          f"{len(names)} classes, vocabulary of {len(tokenizer.vocabulary)}, "
+          f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}")
+    with strategy.scope():
+        model = build_model(config.model)
+    report = fit_and_evaluate(model, config, strategy, train, evaluation, names, model_dir)
+    with open(os.path.join(model_dir, METRICS_FILE), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, ensure_ascii=False)
+    print(format_report(report))
+    _print_skipped(report["skipped_rows"])
+    if export:
+        print("Exported", export_saved_model(model, tokenizer, names, os.path.join(model_dir, EXPORT_DIR)))
+    return report
+
+
+def configure_runtime(config, tpu=None):
+    """Sets the precision policy, seeds and determinism; returns the policy name."""
+    precision = config.train.precision
+    if precision == "auto":
+        precision = "mixed_bfloat16" if tpu is not None else "float32"
+    keras.mixed_precision.set_global_policy(precision)
+    keras.utils.set_random_seed(config.train.seed)
+    if tpu is None and not tf.config.list_physical_devices("GPU"):
+        tf.config.experimental.enable_op_determinism()  # same seed, same metrics
+    return precision
+
+
+def prepare_run(config, model_dir, train_paths=None, eval_paths=None):
+    """Reads the data, learns (or reloads) the vocabulary and fixes the config.
+
+    Returns `(config, label_names, tokenizer, train_split, eval_split)`, with
+    the config's vocabulary size and class count filled in and saved.
+    """
+    os.makedirs(model_dir, exist_ok=True)
+    if train_paths is None:
+        train_paths, eval_paths = write_demo_corpus(os.path.join(model_dir, "demo_data"))
+    if not eval_paths:
+        raise ValueError("--eval is required with --train")
+    names, tokenizer = _vocabulary(model_dir, config, train_paths)
+    train = load_split(train_paths, config.data, tokenizer, names)
+    evaluation = load_split(eval_paths, config.data, tokenizer, names)
+    config = dataclasses.replace(config, model=dataclasses.replace(
+        config.model, vocabulary_size=len(tokenizer.vocabulary), num_classes=len(names)))
+    run_dir.check_or_save_config(model_dir, config)
+    return config, names, tokenizer, train, evaluation
+
+
+def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_dir, epochs=None):
+    """Trains `model` (built in `strategy.scope()`), keeping the best epoch.
+
+    Resumes from `model_dir`'s checkpoints, evaluates after every epoch, and
+    returns the report of the best weights, which the model holds afterwards.
+    """
+    epochs = epochs or config.train.epochs
+    steps = len(train) // config.train.batch_size * epochs
+    with strategy.scope():
+        trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir)
+    eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, "logs", "eval"))
+
+    def on_epoch_end(epoch):
+        report = _evaluate(trainer, evaluation, names)
+        with eval_writer.as_default(step=int(trainer.step.numpy())):
+            tf.summary.scalar("accuracy", report["accuracy"])
+            tf.summary.scalar("macro_f1", report["macro_f1"])
+        print(f"validation accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f}")
+        return report[config.train.best_metric]
+
+    epoch_losses = trainer.fit(train, epochs, on_epoch_end)
+    model.load_weights(os.path.join(model_dir, BEST_WEIGHTS))
+    report = _evaluate(trainer, evaluation, names)
+    report["skipped_rows"] = {"train": train.skipped, "eval": evaluation.skipped}
+    report["train_loss_by_epoch"] = epoch_losses
+    return report
+
+
+def _vocabulary(model_dir, config, train_paths):
+    # Learned once per run and reloaded on resume, so ids never shift.
+    if run_dir.has_vocabulary(model_dir):
+        return load_label_names(model_dir), Tokenizer.load(model_dir)
+    names, tokenizer = learn_vocabulary(train_paths, config.data, config.model.max_length)
+    run_dir.save_vocabulary(model_dir, tokenizer, names)
+    return names, tokenizer
+
+
+def _evaluate(trainer, split, names):
+    predictions = np.argmax(trainer.predict(split), axis=-1)
+    return classification_report(split.labels, predictions, names)
+
+
+def _print_skipped(skipped):
+    for split, counts in skipped.items():
+        for reason, count in counts.items():
+            print(f"skipped {count} {split} row(s): {reason}")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--train", help="training files: path, glob, or comma-separated list "
+                        "(CSV, TSV, JSONL, TFRecord); the demo corpus if omitted")
+    parser.add_argument("--eval", help="evaluation files, as --train (required with --train)")
+    parser.add_argument("--model-dir", required=True, help="where the run's files go (resumes if present)")
+    parser.add_argument("--config", help="JSON file overriding config fields, e.g. "
+                        '{"model": {"num_layers": 6}, "train": {"epochs": 5}}')
+    parser.add_argument("--tpu", nargs="?", const="local",
+                        help="train on a TPU: 'local' (a TPU VM, the default) or a TPU name/address")
+    flags = {  # flag: (config section, field, type)
+        "text-column": ("data", "text_column", str), "label-column": ("data", "label_column", str),
+        "tokenizer": ("data", "tokenizer", str), "max-length": ("model", "max_length", int),
+        "epochs": ("train", "epochs", int), "batch-size": ("train", "batch_size", int),
+        "learning-rate": ("train", "learning_rate", float), "seed": ("train", "seed", int),
+        "steps-per-execution": ("train", "steps_per_execution", int),
+        "checkpoint-every": ("train", "checkpoint_every", int),
+        "precision": ("train", "precision", str),
+    }
+    for flag, (section, field, kind) in flags.items():
+        default = getattr(getattr(Config(), section), field)
+        parser.add_argument(f"--{flag}", type=kind, help=f"{section}.{field} (default {default})")
+    parser.add_argument("--skip-bad-rows", action="store_true",
+                        help="skip and count bad rows instead of stopping at the first")
+    args = parser.parse_args(argv)
+    config = Config.load(args.config) if args.config else Config()
+    values = {}
+    for flag, (section, field, _) in flags.items():
+        value = getattr(args, flag.replace("-", "_"))
+        if value is not None:
+            values.setdefault(section, {})[field] = value
+    if args.skip_bad_rows:
+        values.setdefault("data", {})["skip_bad_rows"] = True
+    return args, override(config, values, "command line")
+
+
+def main(argv=None):
+    args, config = parse_args(argv)
+    try:
+        train_and_evaluate(config, args.model_dir, args.train, args.eval, args.tpu)
+    except (DataError, TPUUnavailableError, TrainingError, ValueError) as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

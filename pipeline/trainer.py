@@ -1,0 +1,166 @@
+"""A distributed training loop: host loops, checkpoints, resume, NaN stops.
+
+Keras >= 3.7 fails `fit` with `steps_per_execution > 1` under a multi-replica
+`MirroredStrategy` ("You must feed a value for placeholder tensor
+'while/cond/Placeholder'"), and TPUs need exactly that host loop. So the loop
+is written out: `strategy.run` of one step inside a `tf.range` loop inside a
+`tf.function`, as TPU code in the TF Model Garden does, with the model,
+optimizer and metrics still Keras objects.
+"""
+
+import math
+import os
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from pipeline.dataset import distribute, eval_dataset, train_dataset
+
+CHECKPOINT_DIR = "checkpoints"
+BEST_WEIGHTS = "best.weights.h5"
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (a non-finite loss); the message says what is kept."""
+
+
+def build_optimizer(train_config, total_steps):
+    """AdamW with linear warm-up to the peak rate, then cosine decay."""
+    warmup_steps = int(total_steps * train_config.warmup_fraction)
+    schedule = keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0,
+        decay_steps=max(total_steps - warmup_steps, 1),
+        warmup_target=train_config.learning_rate,
+        warmup_steps=warmup_steps,
+    )
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=schedule, weight_decay=train_config.weight_decay, epsilon=1e-6)
+    # Decay the matrices only, as BERT does: not biases nor normalization scales.
+    optimizer.exclude_from_weight_decay(var_names=["bias", "norm"])
+    return optimizer
+
+
+class Trainer:
+    """Trains a `build_model` classifier under a strategy; create it in `strategy.scope()`."""
+
+    def __init__(self, model, optimizer, strategy, train_config, model_dir):
+        self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.config = train_config
+        self.model_dir = model_dir
+        self.loss = keras.metrics.Mean(name="loss")
+        self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.best_score = tf.Variable(-math.inf, dtype=tf.float64, trainable=False, name="best_score")
+        self.optimizer.build(model.trainable_variables)  # so a restore fills its slots
+        self._restored = False
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=self.step,
+                                         best_score=self.best_score)
+        self.manager = tf.train.CheckpointManager(
+            checkpoint, os.path.join(model_dir, CHECKPOINT_DIR), max_to_keep=2)
+
+    def restore(self):
+        """Restores the latest checkpoint, if any; returns the step reached."""
+        self._restored = True
+        if self.manager.latest_checkpoint:
+            self.manager.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+        return int(self.step.numpy())
+
+    @tf.function
+    def _train_steps(self, iterator, steps):
+        # The host loop: `steps` training steps per call, one round trip.
+        for _ in tf.range(steps):
+            self.strategy.run(self._train_step, args=(next(iterator),))
+
+    def _train_step(self, batch):
+        ids, labels = batch  # (replica_batch, max_length), (replica_batch,)
+        with tf.GradientTape() as tape:
+            probabilities = self.model(ids, training=True)
+            per_example = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.config.batch_size)
+        variables = self.model.trainable_variables
+        gradients = tape.gradient(loss, variables)
+        # Clip the global gradient: Keras's own clipping runs per replica,
+        # before its all-reduce. The optimizer sums replicas again, hence the
+        # division.
+        context = tf.distribute.get_replica_context()
+        gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+        gradients, _ = tf.clip_by_global_norm(gradients, self.config.clip_norm)
+        replicas = tf.cast(context.num_replicas_in_sync, gradients[0].dtype)
+        self.optimizer.apply_gradients(zip([g / replicas for g in gradients], variables))
+        self.loss.update_state(per_example)
+        self.accuracy.update_state(labels, probabilities)
+
+    @tf.function
+    def _predict_step(self, ids):
+        return self.strategy.run(lambda x: self.model(x, training=False), args=(ids,))
+
+    def predict(self, split):
+        """Class probabilities of every example of `split`, in order of the split."""
+        dataset = distribute(self.strategy, eval_dataset, split, self.config.batch_size)
+        probabilities, weights = [], []
+        for ids, _, weight in dataset:
+            local = self.strategy.experimental_local_results
+            probabilities.extend(p.numpy() for p in local(self._predict_step(ids)))
+            weights.extend(w.numpy() for w in local(weight))
+        probabilities, weights = np.concatenate(probabilities), np.concatenate(weights)
+        return probabilities[weights > 0]
+
+    def fit(self, train_split, epochs, on_epoch_end=None):
+        """Trains to `epochs` from wherever the last checkpoint left off.
+
+        `on_epoch_end(epoch)` returns the validation score; the weights with
+        the best score so far are saved to `best.weights.h5`. Returns the mean
+        training loss of each epoch trained by this call, by epoch number.
+        """
+        steps_per_epoch = len(train_split) // self.config.batch_size
+        if steps_per_epoch == 0:
+            raise ValueError(f"{len(train_split)} training examples make no batch of {self.config.batch_size}")
+        total_steps = steps_per_epoch * epochs
+        step = int(self.step.numpy()) if self._restored else self.restore()
+        if step:
+            print(f"Resuming from the checkpoint at step {step} of {total_steps}.")
+        writer = tf.summary.create_file_writer(os.path.join(self.model_dir, "logs", "train"))
+        epoch_losses = {}
+        while step < total_steps:
+            epoch, offset = divmod(step, steps_per_epoch)
+            print(f"Epoch {epoch + 1}/{epochs}")
+            dataset = distribute(self.strategy, train_dataset, train_split, self.config.batch_size,
+                                 self.config.seed, epoch=epoch, skip_batches=offset)
+            iterator = iter(dataset)
+            progress = keras.utils.Progbar(  # one line per epoch when not on a terminal
+                steps_per_epoch, verbose=1 if sys.stdout.isatty() else 2,
+                stateful_metrics=["loss", "accuracy"])
+            self.loss.reset_state()
+            self.accuracy.reset_state()
+            while offset < steps_per_epoch:
+                steps = min(self.config.steps_per_execution, steps_per_epoch - offset,
+                            self.config.checkpoint_every - step % self.config.checkpoint_every)
+                self._train_steps(iterator, tf.constant(steps))
+                offset, step = offset + steps, step + steps
+                self._check_finite(step)
+                self.step.assign(step)
+                values = [("loss", float(self.loss.result())), ("accuracy", float(self.accuracy.result()))]
+                progress.update(offset, values)
+                with writer.as_default(step=step):
+                    for name, value in values:
+                        tf.summary.scalar(name, value)
+                if step % self.config.checkpoint_every == 0:
+                    self.manager.save(checkpoint_number=step)
+            epoch_losses[epoch + 1] = float(self.loss.result())
+            score = on_epoch_end(epoch) if on_epoch_end else None
+            if score is not None and score > self.best_score.numpy():
+                self.best_score.assign(score)
+                self.model.save_weights(os.path.join(self.model_dir, BEST_WEIGHTS))
+            self.manager.save(checkpoint_number=step)
+        return epoch_losses
+
+    def _check_finite(self, step):
+        loss = float(self.loss.result())
+        if not math.isfinite(loss):
+            kept = self.manager.latest_checkpoint or "none was saved yet"
+            raise TrainingError(
+                f"training loss became {loss} by step {step}; stopped without saving. "
+                f"The last good checkpoint is kept: {kept}. Lower the learning rate "
+                f"(now {self.config.learning_rate}) or the gradient clip norm.")

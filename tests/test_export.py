@@ -1,0 +1,108 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipeline.config import ModelConfig
+from pipeline.export import export_saved_model, latest_export, next_version
+from pipeline.model import build_model
+from pipeline.tokenizer import Tokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAMES = ["negative", "neutral", "positive"]
+STRANGE = [
+    "", "   \t ", "x" * 100_000, "control\x00\x07\x1b chars", "emoji 😀🎉👍🏽", "مرحبا بالعالم",
+    "עברית", "我爱北京天安门没有空格", "Mixed 北京 and English!", "the cat sat on the mat",
+]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    tokenizer = Tokenizer.learn(["the cat sat on the mat", "北京 天安门", "a dog"] * 2,
+                                kind="wordpiece", vocabulary_size=200, min_count=1, max_length=24)
+    model = build_model(ModelConfig(vocabulary_size=len(tokenizer.vocabulary), num_classes=3,
+                                    max_length=24, hidden_size=32, embedding_size=16,
+                                    num_layers=2, num_heads=2, intermediate_size=64))
+    root = str(tmp_path_factory.mktemp("export"))
+    path = export_saved_model(model, tokenizer, NAMES, root)
+    return model, tokenizer, root, path
+
+
+def _run(code, *args):
+    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
+                            text=True, timeout=180, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+LOAD_AND_SERVE = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text
+loaded = tf.saved_model.load(sys.argv[1])
+texts = json.loads(sys.argv[2])
+out = loaded.signatures["serving_default"](text=tf.constant(texts))
+att = loaded.signatures["attention"](text=tf.constant(texts[:2]))
+print(json.dumps({"probabilities": out["probabilities"].numpy().tolist(),
+                  "label": [l.decode() for l in out["label"].numpy()],
+                  "label_id": out["label_id"].numpy().tolist(),
+                  "attention_shape": list(att["attention"].shape),
+                  "tokens": [t.decode() for t in att["tokens"].numpy()[1]]}))
+"""
+
+
+def test_fresh_process_matches_the_keras_model(exported):
+    model, tokenizer, _, path = exported
+    served = json.loads(_run(LOAD_AND_SERVE, path, json.dumps(STRANGE)))
+    expected = np.asarray(model(tokenizer(tf.constant(STRANGE))))
+    probabilities = np.asarray(served["probabilities"], "float32")
+    assert np.abs(probabilities - expected).max() <= 1e-5
+    # Any string gives valid probabilities.
+    assert np.isfinite(probabilities).all()
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
+    assert served["label"] == [NAMES[i] for i in np.argmax(expected, -1)]
+    assert served["label_id"] == np.argmax(expected, -1).tolist()
+    assert served["attention_shape"] == [2, 2, 2, 24, 24]  # (batch, layers, heads, L, L)
+    assert served["tokens"][:1] == ["[CLS]"] and set(served["tokens"][1:]) == {"[PAD]"}
+
+
+def test_invalid_utf8_is_served(exported):
+    _, _, _, path = exported
+    code = LOAD_AND_SERVE.replace("json.loads(sys.argv[2])", "[b'\\xff\\xfe bad', b'ok \\xc3']")
+    served = json.loads(_run(code, path, ""))
+    probabilities = np.asarray(served["probabilities"])
+    assert np.isfinite(probabilities).all() and np.allclose(probabilities.sum(-1), 1.0, atol=1e-5)
+
+
+def test_versions_and_cli_listing(exported):
+    _, _, root, path = exported
+    assert path == os.path.join(root, "1") and next_version(root) == 2
+    assert latest_export(root) == path and latest_export(path) == path
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    shown = subprocess.run([cli, "show", "--dir", path, "--all"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    for name in ("serving_default", "attention", "'text'", "'probabilities'", "'label'", "'label_id'", "'tokens'"):
+        assert name in shown.stdout, name
+
+
+def test_predict_cli_jsonl_and_tsv(exported, tmp_path):
+    model, tokenizer, root, _ = exported
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("the cat sat\n北京\n\n", encoding="utf-8")
+    command = [sys.executable, "-m", "pipeline.predict", "--model", root, str(inputs)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    lines = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=180).stdout.splitlines()
+    results = [json.loads(line) for line in lines]
+    assert [r["text"] for r in results] == ["the cat sat", "北京", ""]
+    expected = np.asarray(model(tokenizer(tf.constant(["the cat sat", "北京", ""]))))
+    for result, row in zip(results, expected):
+        assert list(result["probabilities"]) == NAMES
+        np.testing.assert_allclose([result["probabilities"][n] for n in NAMES], row, atol=1e-5)
+        assert result["label"] == NAMES[int(np.argmax(row))]
+    tsv = subprocess.run(command + ["--format", "tsv"], cwd=ROOT, capture_output=True, text=True,
+                         env=env, timeout=180).stdout.splitlines()
+    assert tsv[0].split("\t") == ["label"] + NAMES + ["text"] and len(tsv) == 4

@@ -1,0 +1,127 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipeline.config import Config
+from pipeline.demo_corpus import write_demo_corpus
+from pipeline.train import train_and_evaluate
+from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = {
+    "model": {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
+              "num_heads": 2, "intermediate_size": 64, "dropout_rate": 0.0},
+    "data": {"tokenizer": "word", "min_count": 1},
+    "train": {"batch_size": 32, "epochs": 2, "learning_rate": 3e-3, "checkpoint_every": 10},
+}
+
+
+def _config(**train):
+    return Config.from_dict({**TINY, "train": {**TINY["train"], **train}})
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_demo_corpus(tmp_path_factory.mktemp("corpus"), train_size=640, test_size=200)
+
+
+def _probabilities(model_dir):
+    from pipeline.model_dir import restore_model
+    from pipeline.dataset import tokenize
+    model, tokenizer, _ = restore_model(model_dir)
+    texts = ["our team beat their team", "the food was good but the room was awful", ""]
+    return np.asarray(model(tokenize(tokenizer, texts)))
+
+
+def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus):
+    single = train_and_evaluate(_config(), str(tmp_path / "one"), *corpus, export=False)
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    double = train_and_evaluate(_config(steps_per_execution=4), str(tmp_path / "two"), *corpus,
+                                strategy=mirrored, export=False)
+    assert double["train_loss_by_epoch"][2] < double["train_loss_by_epoch"][1]
+    assert double["examples"] == single["examples"] == 200
+    assert abs(double["accuracy"] - single["accuracy"]) <= 0.02, (single, double)
+    np.testing.assert_allclose(_probabilities(tmp_path / "two"), _probabilities(tmp_path / "one"), atol=0.02)
+
+
+def test_same_seed_gives_identical_metrics(tmp_path, corpus):
+    first = train_and_evaluate(_config(epochs=1), str(tmp_path / "a"), *corpus, export=False)
+    second = train_and_evaluate(_config(epochs=1), str(tmp_path / "b"), *corpus, export=False)
+    assert first == second
+    np.testing.assert_array_equal(_probabilities(tmp_path / "a"), _probabilities(tmp_path / "b"))
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
+    model_dir = str(tmp_path / "run")
+    train_and_evaluate(_config(epochs=1), model_dir, *corpus, export=False)
+    saved = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR))
+    from pipeline.model_dir import load_run
+    from pipeline.model import build_model
+    from pipeline.dataset import load_split
+    config, tokenizer, names = load_run(model_dir)
+    config.train.epochs = 2
+    train = load_split(corpus[0], config.data, tokenizer, names)
+    model = build_model(config.model)
+    strategy = tf.distribute.get_strategy()
+    trainer = Trainer(model, build_optimizer(config.train, 40), strategy, config.train, model_dir)
+    trainer.restore()
+    kernel = model.get_layer("head").logits.kernel
+    kernel.assign(np.full(kernel.shape, np.nan, "float32"))
+    with pytest.raises(TrainingError, match=r"loss became nan .*last good checkpoint is kept: .*ckpt-20"):
+        trainer.fit(train, epochs=2)
+    assert tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR)) == saved
+    restored = build_model(config.model)
+    tf.train.Checkpoint(model=restored).restore(saved).expect_partial()
+    assert all(np.isfinite(w).all() for w in restored.get_weights())
+
+
+def _train_command(model_dir, corpus, config_path):
+    return [sys.executable, "-m", "pipeline.train", "--model-dir", model_dir, "--train", corpus[0],
+            "--eval", corpus[1], "--config", config_path, "--checkpoint-every", "3"]
+
+
+def test_killed_run_resumes_to_the_same_result(tmp_path, corpus):
+    config_path = str(tmp_path / "tiny.json")
+    with open(config_path, "w") as f:
+        json.dump(TINY, f)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    killed_dir = str(tmp_path / "killed")
+    process = subprocess.Popen(_train_command(killed_dir, corpus, config_path), cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not os.path.exists(os.path.join(killed_dir, CHECKPOINT_DIR, "ckpt-6.index")):
+        assert process.poll() is None and time.time() < deadline, "no checkpoint before the run ended"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not os.path.exists(os.path.join(killed_dir, "metrics.json"))
+
+    resumed = subprocess.run(_train_command(killed_dir, corpus, config_path), cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming from the checkpoint at step" in resumed.stdout
+    uninterrupted = subprocess.run(_train_command(str(tmp_path / "whole"), corpus, config_path),
+                                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    metrics = [json.load(open(os.path.join(d, "metrics.json"))) for d in (killed_dir, tmp_path / "whole")]
+    for report in metrics:
+        report.pop("train_loss_by_epoch")  # covers only the epochs each process trained
+    assert metrics[0] == metrics[1]
+    assert os.path.isdir(os.path.join(killed_dir, "export", "1"))
+
+
+def test_tpu_flag_without_a_tpu_fails_clearly(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "pipeline.train", "--tpu", "--model-dir", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode != 0
+    assert "error: --tpu local: no TPU could be reached" in result.stderr
+    assert "Traceback" not in result.stderr
