@@ -13,6 +13,7 @@ and prints their ratios. The target is input >= 20x training.
 """
 
 import argparse
+import csv
 import json
 import os
 import sys
@@ -34,8 +35,10 @@ from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 def write_corpus(directory, count):
     rows = generate(count, seed=0)
     csv_path, record_path = os.path.join(directory, "corpus.csv"), os.path.join(directory, "corpus.tfrecord")
-    with open(csv_path, "w", encoding="utf-8") as f:
-        f.write("text,label\n" + "".join(f"{text},{label}\n" for text, label in rows))
+    with open(csv_path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
     with tf.io.TFRecordWriter(record_path) as writer:
         for text, label in rows:
             features = {name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))

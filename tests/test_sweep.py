@@ -1,0 +1,147 @@
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipeline.config import Config
+from pipeline.demo_corpus import write_demo_corpus
+from tuning.search_space import SEARCH_SPACE, narrow
+from tuning.sweep import run_sweep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASE = {"model": {"max_length": 16}, "data": {"tokenizer": "word", "min_count": 1},
+        "train": {"epochs": 1, "checkpoint_every": 5}}
+SPACE = {"embedding_size": 16, "hidden_size": [32, 64], "num_heads": 2,
+         "num_layers": {"min": 1, "max": 2, "step": 1}, "intermediate_multiple": 2,
+         "dropout_rate": 0.0, "sharing": ["all", "none"], "pooling": ["flatten", "mean"],
+         "learning_rate": {"min": 1e-3, "max": 3e-3}, "warmup_fraction": 0.0, "batch_size": 32}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_demo_corpus(tmp_path_factory.mktemp("corpus"), train_size=320, test_size=100)
+
+
+def _trials(directory):
+    trials = []
+    for path in sorted(glob.glob(os.path.join(directory, "trials", "trial_*", "trial.json"))):
+        with open(path) as f:
+            trials.append(json.load(f))
+    return trials
+
+
+def test_narrowing_the_space():
+    space = narrow(SEARCH_SPACE, {"num_layers": 4, "hidden_size": [128], "dropout_rate": {"min": 0, "max": 0.1}})
+    assert space["num_layers"][2] == {"fixed": 4} and space["hidden_size"][2] == {"values": [128]}
+    assert space["dropout_rate"][2]["max"] == 0.1 and isinstance(space["dropout_rate"][2]["min"], float)
+    with pytest.raises(ValueError, match="unknown hyperparameter 'depth'"):
+        narrow(SEARCH_SPACE, {"depth": 3})
+
+
+def test_every_random_trial_completes_with_a_score(tmp_path, corpus):
+    directory = str(tmp_path / "sweep")
+    rows = run_sweep(Config.from_dict(BASE), directory, *corpus, "random", max_trials=3,
+                     space_overrides=SPACE, export_best=True)
+    assert len(rows) == 3
+    for row in rows:
+        assert row["status"] == "COMPLETED", row
+        assert 0.0 <= row["score"] <= 1.0 and row["score"] == row["val_accuracy"]
+    trials = _trials(directory)
+    assert [t["status"] for t in trials] == ["COMPLETED"] * 3
+    with open(os.path.join(directory, "results.json")) as f:
+        assert json.load(f) == rows
+    assert open(os.path.join(directory, "results.csv")).read().count("\n") == 4
+    exported = tf.saved_model.load(os.path.join(directory, "export", "1"))
+    probabilities = exported.signatures["serving_default"](text=tf.constant(["our team beat their team"]))
+    np.testing.assert_allclose(probabilities["probabilities"].numpy().sum(), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("tuner", ["hyperband", "bayesian"])
+def test_hyperband_and_bayesian_trials_complete(tmp_path, corpus, tuner):
+    base = {**BASE, "train": {**BASE["train"], "epochs": 2}}
+    rows = run_sweep(Config.from_dict(base), str(tmp_path / tuner), *corpus, tuner, max_trials=2,
+                     objective="val_macro_f1", space_overrides=SPACE)
+    assert len(rows) >= 2 and all(r["status"] == "COMPLETED" for r in rows)
+    assert all(r["score"] == r["val_macro_f1"] for r in rows)
+
+
+def _command(directory, corpus, config_path, max_trials, tuner="random"):
+    return [sys.executable, "-m", "tuning.sweep", "--train", corpus[0], "--eval", corpus[1],
+            "--directory", directory, "--tuner", tuner, "--max-trials", str(max_trials),
+            "--config", config_path, "--space", json.dumps(SPACE)]
+
+
+def _config_file(tmp_path):
+    path = str(tmp_path / "base.json")
+    with open(path, "w") as f:
+        json.dump(BASE, f)
+    return path
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_chief_and_two_workers_share_the_trials(tmp_path, corpus):
+    directory, port = str(tmp_path / "distributed"), str(_free_port())
+    command = _command(directory, corpus, _config_file(tmp_path), max_trials=4)
+    processes = {}
+    for tuner_id in ("chief", "tuner0", "tuner1"):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERASTUNER_TUNER_ID=tuner_id,
+                   KERASTUNER_ORACLE_IP="127.0.0.1", KERASTUNER_ORACLE_PORT=port)
+        processes[tuner_id] = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                               stderr=subprocess.STDOUT, text=True)
+        if tuner_id == "chief":
+            time.sleep(3)  # let the chief open its port first
+    try:
+        outputs = {name: p.communicate(timeout=400)[0] for name, p in processes.items()}
+    finally:
+        for p in processes.values():
+            p.kill()
+    for name, process in processes.items():
+        assert process.returncode == 0, (name, outputs[name][-3000:])
+    trials = _trials(directory)
+    assert len(trials) == 4 and all(t["status"] == "COMPLETED" for t in trials)
+    # Both workers ran trials; the chief only served the oracle and reports.
+    assert "Epoch 1/1" in outputs["tuner0"] and "Epoch 1/1" in outputs["tuner1"]
+    assert "Epoch 1/1" not in outputs["chief"]
+    best = max(trials, key=lambda t: t["score"])
+    with open(os.path.join(directory, "results.json")) as f:
+        reported = json.load(f)  # written by the chief
+    assert reported[0]["trial"] == best["trial_id"] and reported[0]["score"] == best["score"]
+    table = [line for line in outputs["chief"].splitlines() if line.startswith("trial ")]
+    assert table and "val_macro_f1" in table[0]
+
+
+def test_interrupted_sweep_continues_without_rerunning_trials(tmp_path, corpus):
+    directory = str(tmp_path / "resumed")
+    command = _command(directory, corpus, _config_file(tmp_path), max_trials=3)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not any(t["status"] == "COMPLETED" for t in _trials(directory)):
+        assert process.poll() is None and time.time() < deadline, "the sweep ended before it was stopped"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    done = {t["trial_id"]: t for t in _trials(directory) if t["status"] == "COMPLETED"}
+    weights = {i: os.path.getmtime(os.path.join(directory, "trials", f"trial_{i}", "best.weights.h5"))
+               for i in done}
+    finished = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
+    trials = {t["trial_id"]: t for t in _trials(directory)}
+    assert len(trials) == 3 and all(t["status"] == "COMPLETED" for t in trials.values())
+    for trial_id, before in done.items():  # kept, with its score, and not trained again
+        assert trials[trial_id]["score"] == before["score"]
+        path = os.path.join(directory, "trials", f"trial_{trial_id}", "best.weights.h5")
+        assert os.path.getmtime(path) == weights[trial_id]

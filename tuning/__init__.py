@@ -1,0 +1,1 @@
+"""KerasTuner sweeps over the classifier (`python -m tuning.sweep`)."""

@@ -1,0 +1,131 @@
+"""KerasTuner sweeps over the classifier's size and training settings.
+
+    python -m tuning.sweep --train FILES --eval FILES --directory DIR \\
+        --tuner {random,hyperband,bayesian} [--max-trials N] \\
+        [--objective val_accuracy|val_macro_f1] [--space FILE|JSON] [--tpu [NAME|local]] [--export-best]
+
+Started again with the same command, a sweep continues where it stopped:
+completed trials are kept, an interrupted one resumes from its checkpoint.
+For a distributed sweep, start one chief and any number of workers with the
+same command and KERASTUNER_TUNER_ID (chief: "chief"), KERASTUNER_ORACLE_IP
+and KERASTUNER_ORACLE_PORT set (see README).
+"""
+
+import argparse
+import csv
+import json
+import os
+import sys
+
+from pipeline.config import Config, override
+from pipeline.export import EXPORT_DIR, export_saved_model
+from pipeline.model_dir import restore_model
+from pipeline.readers import DataError
+from pipeline.strategy import TPUUnavailableError, resolve_strategy
+from pipeline.train import configure_runtime, prepare_run
+from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, make_oracle
+from tuning.search_space import SEARCH_SPACE, narrow
+
+PROJECT = "trials"
+
+
+def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", max_trials=10,
+              objective="val_accuracy", space_overrides=None, tpu=None, export_best=False):
+    """Runs (or continues) a sweep; returns the rows of the results table."""
+    strategy = resolve_strategy(tpu)
+    configure_runtime(config, tpu)
+    tuner_id = os.environ.get("KERASTUNER_TUNER_ID")
+    # Each process of a distributed sweep reads the data once into its own folder.
+    data_dir = os.path.join(directory, f"data_{tuner_id}") if tuner_id else directory
+    config, names, tokenizer, train, evaluation = prepare_run(config, data_dir, train_paths, eval_paths)
+    space = narrow(SEARCH_SPACE, space_overrides or {})
+    hypermodel = ClassifierHyperModel(config, space, (train, evaluation, names, tokenizer), strategy)
+    tuner = SweepTuner(
+        oracle=make_oracle(tuner_kind, objective, max_trials, config.train.seed, config.train.epochs),
+        hypermodel=hypermodel, directory=directory, project_name=PROJECT, overwrite=False,
+        distribution_strategy=strategy)
+    tuner.search()
+    if tuner_id and tuner_id != "chief":
+        return []  # workers run trials; the chief reports
+    rows = results_table(tuner.oracle, objective)
+    _write_results(rows, directory)
+    print(format_results(rows))
+    if export_best:
+        best = tuner.oracle.get_best_trials(1)[0]
+        model, best_tokenizer, best_names = restore_model(tuner.get_trial_dir(best.trial_id))
+        path = export_saved_model(model, best_tokenizer, best_names, os.path.join(directory, EXPORT_DIR))
+        print(f"Exported the best trial ({best.trial_id}, {objective} {best.score:.4f}) to {path}")
+    return rows
+
+
+def results_table(oracle, objective):
+    rows = []
+    for trial in sorted(oracle.trials.values(), key=lambda t: t.trial_id):
+        metrics = {name: trial.metrics.get_best_value(name) if trial.metrics.exists(name) else None
+                   for name in OBJECTIVES}
+        rows.append({"trial": trial.trial_id, "status": trial.status, "score": trial.score,
+                     **metrics, **trial.hyperparameters.values})
+    return sorted(rows, key=lambda r: -(r["score"] if r["score"] is not None else -1))
+
+
+def format_results(rows):
+    if not rows:
+        return "no trials"
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    text = [[("" if row.get(c) is None else f"{row[c]:.4g}" if isinstance(row.get(c), float) else str(row[c]))
+             for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in text)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in text]
+    return "\n".join(lines)
+
+
+def _write_results(rows, directory):
+    with open(os.path.join(directory, "results.json"), "w") as f:
+        json.dump(rows, f, indent=2)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with open(os.path.join(directory, "results.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _space_overrides(value):
+    if value is None:
+        return {}
+    text = open(value, encoding="utf-8").read() if os.path.exists(value) else value
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--space {value}: neither a JSON file nor JSON text ({error})") from None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--train", help="training files, as pipeline.train (demo corpus if omitted)")
+    parser.add_argument("--eval", help="evaluation files (required with --train)")
+    parser.add_argument("--directory", required=True, help="sweep directory: trials, results, export")
+    parser.add_argument("--tuner", choices=["random", "hyperband", "bayesian"], default="random")
+    parser.add_argument("--max-trials", type=int, default=10, help="trials (random, bayesian)")
+    parser.add_argument("--objective", choices=sorted(OBJECTIVES), default="val_accuracy")
+    parser.add_argument("--config", help="JSON file of base config overrides, as pipeline.train")
+    parser.add_argument("--epochs", type=int, help="epochs per trial (hyperband: the most per trial)")
+    parser.add_argument("--space", help='JSON file or text fixing/narrowing hyperparameters, e.g. '
+                        '\'{"num_layers": 4, "hidden_size": [128, 256]}\' (see tuning/search_space.py)')
+    parser.add_argument("--tpu", nargs="?", const="local", help="run trials on a TPU, as pipeline.train")
+    parser.add_argument("--export-best", action="store_true", help="export the best trial to DIR/export")
+    args = parser.parse_args(argv)
+    try:
+        config = Config.load(args.config) if args.config else Config()
+        if args.epochs:
+            config = override(config, {"train": {"epochs": args.epochs}}, "--epochs")
+        run_sweep(config, args.directory, args.train, args.eval, args.tuner, args.max_trials,
+                  args.objective, _space_overrides(args.space), args.tpu, args.export_best)
+    except (DataError, TPUUnavailableError, ValueError) as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()
