@@ -19,3 +19,25 @@ tf.config.set_logical_device_configuration(
 
 # Tests import helpers from this folder (`from layer_test_helper import ...`).
 sys.path.insert(0, os.path.dirname(__file__))
+
+
+import pytest  # noqa: E402
+
+NAMES = ["negative", "neutral", "positive"]
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory):
+    """`(model, tokenizer, export_root, export_path)` of a small untrained model."""
+    from pipeline.config import ModelConfig
+    from pipeline.export import export_saved_model
+    from pipeline.model import build_model
+    from pipeline.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.learn(["the cat sat on the mat", "北京 天安门", "a dog"] * 2,
+                                kind="wordpiece", vocabulary_size=200, min_count=1, max_length=24)
+    model = build_model(ModelConfig(vocabulary_size=len(tokenizer.vocabulary), num_classes=3,
+                                    max_length=24, hidden_size=32, embedding_size=16,
+                                    num_layers=2, num_heads=2, intermediate_size=64))
+    root = str(tmp_path_factory.mktemp("export"))
+    return model, tokenizer, root, export_saved_model(model, tokenizer, NAMES, root)

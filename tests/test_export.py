@@ -4,32 +4,16 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
-from pipeline.config import ModelConfig
-from pipeline.export import export_saved_model, latest_export, next_version
-from pipeline.model import build_model
-from pipeline.tokenizer import Tokenizer
+from pipeline.export import latest_export, next_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NAMES = ["negative", "neutral", "positive"]
+from conftest import NAMES
 STRANGE = [
     "", "   \t ", "x" * 100_000, "control\x00\x07\x1b chars", "emoji 😀🎉👍🏽", "مرحبا بالعالم",
     "עברית", "我爱北京天安门没有空格", "Mixed 北京 and English!", "the cat sat on the mat",
 ]
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    tokenizer = Tokenizer.learn(["the cat sat on the mat", "北京 天安门", "a dog"] * 2,
-                                kind="wordpiece", vocabulary_size=200, min_count=1, max_length=24)
-    model = build_model(ModelConfig(vocabulary_size=len(tokenizer.vocabulary), num_classes=3,
-                                    max_length=24, hidden_size=32, embedding_size=16,
-                                    num_layers=2, num_heads=2, intermediate_size=64))
-    root = str(tmp_path_factory.mktemp("export"))
-    path = export_saved_model(model, tokenizer, NAMES, root)
-    return model, tokenizer, root, path
 
 
 def _run(code, *args):
