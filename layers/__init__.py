@@ -2,6 +2,7 @@
 
 from layers.classification_head import ClassificationHead
 from layers.factorized_embedding import FactorizedEmbedding
+from layers.masked_lm_head import MaskedLMHead
 from layers.shared_encoder import SharedEncoder
 from layers.timing_signal import TimingSignal1D, get_timing_signal_1d
 from layers.transformer_block import TransformerBlock
@@ -9,6 +10,7 @@ from layers.transformer_block import TransformerBlock
 __all__ = [
     "ClassificationHead",
     "FactorizedEmbedding",
+    "MaskedLMHead",
     "SharedEncoder",
     "TimingSignal1D",
     "TransformerBlock",

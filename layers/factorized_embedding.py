@@ -22,7 +22,11 @@ class FactorizedEmbedding(keras.layers.Layer):
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
-        inputs: int tensor of token ids, shape `(batch, length)`.
+        inputs: int tensor of token ids, shape `(batch, length)`; with
+            `reverse=True`, float hidden states `(..., hidden_size)`.
+        reverse: bool, map hidden states back to vocabulary logits through
+            the same weights, transposed (H x E, then E x V): the tied
+            output projection of a masked-language-model head.
 
     Example:
 
@@ -73,15 +77,26 @@ class FactorizedEmbedding(keras.layers.Layer):
         self.token_embedding.build(input_shape)
         self.projection.build(tuple(input_shape) + (self.embedding_size,))
 
-    def call(self, inputs):
+    def call(self, inputs, reverse=False):
+        if reverse:
+            kernel = ops.cast(self.projection.kernel, self.compute_dtype)  # (E, H)
+            table = ops.cast(self.token_embedding.embeddings, self.compute_dtype)  # (V, E)
+            reduced = ops.matmul(inputs, ops.transpose(kernel))  # (..., E)
+            return ops.matmul(reduced, ops.transpose(table))  # (..., V)
         embedded = self.token_embedding(inputs)  # (batch, length, E)
         return self.projection(embedded)  # (batch, length, H)
 
     def compute_mask(self, inputs, mask=None):
+        if "int" not in keras.backend.standardize_dtype(inputs.dtype):
+            return None  # reverse mode: hidden states carry no padding mask
         return ops.not_equal(inputs, 0)
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape) + (self.hidden_size,)
+    def compute_output_spec(self, inputs, reverse=False):
+        if reverse:
+            shape = tuple(inputs.shape[:-1]) + (self.vocabulary_size,)
+        else:
+            shape = tuple(inputs.shape) + (self.hidden_size,)
+        return keras.KerasTensor(shape, dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

@@ -1,7 +1,8 @@
 """Every default of the project, in one place, with a comment on each field.
 
-`Config` groups three sections: `model` (what `build_model` builds), `data`
-(how files become ids) and `train` (how the model is optimized). A run's
+`Config` groups four sections: `model` (what `build_model` builds), `data`
+(how files become ids), `train` (how the model is optimized) and `pretrain`
+(masked-language-model pre-training). A run's
 resolved config is written to `MODEL_DIR/config.json`; `--config FILE`
 overrides any field with a JSON file of the same nesting.
 """
@@ -98,10 +99,26 @@ class TrainConfig:
 
 
 @dataclasses.dataclass
+class PretrainConfig:
+    # Fraction of tokens chosen for prediction (BERT: 15%).
+    mask_rate: float = 0.15
+    # Of those, the fraction replaced by [MASK] (BERT: 80%) ...
+    mask_token_rate: float = 0.8
+    # ... and by a random token (BERT: 10%); the rest stay unchanged.
+    random_token_rate: float = 0.1
+    # Predicted positions per sequence, fixed so TPU shapes stay static
+    # (BERT: 20 for 128 tokens); extra choices are not predicted.
+    max_predictions: int = 20
+    # Mask all pieces of a word together instead of single pieces.
+    whole_word_masking: bool = False
+
+
+@dataclasses.dataclass
 class Config:
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    pretrain: PretrainConfig = dataclasses.field(default_factory=PretrainConfig)
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -51,10 +51,15 @@ def load_split(paths, data_config, tokenizer, names):
                  dict(examples.skipped))
 
 
-def learn_vocabulary(paths, data_config, max_length):
-    """Reads the training files once and learns the label set and tokenizer."""
+def learn_vocabulary(paths, data_config, max_length, learn_tokenizer=True):
+    """Reads the training files once and learns the label set and tokenizer.
+
+    With `learn_tokenizer=False` the tokenizer is None (another is reused).
+    """
     examples = read_examples(paths, data_config.text_column, data_config.label_column,
                              data_config.file_format, data_config.skip_bad_rows)
+    if not learn_tokenizer:
+        return label_names(examples.labels), None
     tokenizer = Tokenizer.learn(
         examples.texts, kind=data_config.tokenizer,
         vocabulary_size=data_config.vocabulary_size, min_count=data_config.min_count,

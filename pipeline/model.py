@@ -7,7 +7,7 @@ to expose every layer's output and attention maps for visualization.
 
 import keras
 
-from layers import ClassificationHead, FactorizedEmbedding, SharedEncoder, TimingSignal1D
+from layers import ClassificationHead, FactorizedEmbedding, MaskedLMHead, SharedEncoder, TimingSignal1D
 
 
 def build_model(config):
@@ -21,10 +21,54 @@ def build_model(config):
         A functional `keras.Model` named `albert_classifier` whose output is
         float32 `(batch, num_classes)` probabilities.
     """
-    for field in ("vocabulary_size", "num_classes", "max_length"):
+    _check_sizes(config, ("vocabulary_size", "num_classes", "max_length"))
+    token_ids = keras.Input((config.max_length,), dtype="int32", name="token_ids")
+    _, layer_outputs, padding_mask = _encode(config, token_ids)
+    probabilities = ClassificationHead(
+        config.num_classes,
+        pooling=config.pooling,
+        dropout_rate=config.dropout_rate,
+        initializer_range=config.initializer_range,
+        name="head",
+    )(layer_outputs, mask=padding_mask)
+    return keras.Model(token_ids, probabilities, name="albert_classifier")
+
+
+def build_pretraining_model(config, max_predictions):
+    """The same embeddings and encoder under a masked-language-model head.
+
+    Inputs: `token_ids` int32 `(batch, max_length)` and `masked_positions`
+    int32 `(batch, max_predictions)`. Output: float32 probabilities
+    `(batch, max_predictions, vocabulary_size)`, through an output projection
+    tied to the embedding. The layers `embedding`, `embedding_norm` and
+    `encoder` carry the names `build_model` gives them, so a classifier can
+    start from them (`pipeline.pretrain.initialize_from`).
+    """
+    _check_sizes(config, ("vocabulary_size", "max_length"))
+    token_ids = keras.Input((config.max_length,), dtype="int32", name="token_ids")
+    positions = keras.Input((max_predictions,), dtype="int32", name="masked_positions")
+    embedding, layer_outputs, _ = _encode(config, token_ids)
+    last_layer = layer_outputs[:, -1]  # (batch, length, hidden), the top layer
+    probabilities = MaskedLMHead(
+        config.vocabulary_size,
+        token_embedding=embedding,
+        activation=config.hidden_activation,
+        layer_norm_epsilon=config.layer_norm_epsilon,
+        initializer_range=config.initializer_range,
+        name="masked_lm",
+    )(last_layer, positions)
+    return keras.Model({"token_ids": token_ids, "masked_positions": positions}, probabilities,
+                       name="albert_pretraining")
+
+
+def _check_sizes(config, fields):
+    for field in fields:
         if getattr(config, field) <= 0:
             raise ValueError(f"ModelConfig.{field} must be positive, got {getattr(config, field)}")
-    token_ids = keras.Input((config.max_length,), dtype="int32", name="token_ids")
+
+
+def _encode(config, token_ids):
+    """Embeddings, timing signal and shared encoder: `(embedding, layer_outputs, mask)`."""
     embedding = FactorizedEmbedding(
         config.vocabulary_size,
         config.embedding_size,
@@ -53,14 +97,7 @@ def build_model(config):
         name="encoder",
     )
     layer_outputs = encoder(x, mask=padding_mask)  # (batch, layers, length, hidden)
-    probabilities = ClassificationHead(
-        config.num_classes,
-        pooling=config.pooling,
-        dropout_rate=config.dropout_rate,
-        initializer_range=config.initializer_range,
-        name="head",
-    )(layer_outputs, mask=padding_mask)
-    return keras.Model(token_ids, probabilities, name="albert_classifier")
+    return embedding, layer_outputs, padding_mask
 
 
 def model_internals(model, token_ids):

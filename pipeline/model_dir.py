@@ -19,7 +19,7 @@ from pipeline.config import Config
 from pipeline.labels import LABELS_FILE, load_label_names, save_label_names
 from pipeline.model import build_model
 from pipeline.tokenizer import Tokenizer
-from pipeline.trainer import BEST_WEIGHTS, CHECKPOINT_DIR
+from pipeline.trainer import BEST_WEIGHTS, CHECKPOINT_DIR, model_variables
 
 CONFIG_FILE = "config.json"
 
@@ -61,6 +61,13 @@ def load_run(model_dir):
     return Config.load(path), Tokenizer.load(model_dir), load_label_names(model_dir)
 
 
+def restore_variables(model, checkpoint_path):
+    """Loads `model`'s variables from a training checkpoint, all or none."""
+    status = tf.train.Checkpoint(model=model_variables(model)).restore(checkpoint_path)
+    status.expect_partial()  # the optimizer's state is not wanted here
+    status.assert_existing_objects_matched()
+
+
 def restore_model(model_dir):
     """The trained model of a run: its best weights, else its latest checkpoint."""
     config, tokenizer, names = load_run(model_dir)
@@ -72,5 +79,5 @@ def restore_model(model_dir):
         latest = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR))
         if latest is None:
             raise ValueError(f"{model_dir}: no best weights and no checkpoint to restore")
-        tf.train.Checkpoint(model=model).restore(latest).expect_partial()
+        restore_variables(model, latest)
     return model, tokenizer, names

@@ -16,7 +16,7 @@ import os
 import tensorflow as tf
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
-           ".tfrecord": "tfrecord", ".tfrecords": "tfrecord"}
+           ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".txt": "text"}
 
 
 class DataError(ValueError):
@@ -65,6 +65,9 @@ def read_examples(paths, text_column="text", label_column="label",
                   requested_format="auto", skip_bad_rows=False):
     """Reads every example of `paths` into memory, validated.
 
+    With `label_column=None` labels are not read (pre-training text); plain
+    text files (`.txt`, one document per non-empty line) are read only so.
+
     Returns:
         `Examples`; `skipped` counts the rows left out by reason (always empty
         unless `skip_bad_rows`).
@@ -81,6 +84,7 @@ def read_examples(paths, text_column="text", label_column="label",
                 label = label.strip()
             if problem is None:
                 problem = _check(text, label, text_column, label_column)
+            label = "" if label_column is None else label
             if problem is not None:
                 if not skip_bad_rows:
                     raise DataError(f"{source}: {problem}")
@@ -97,9 +101,11 @@ def read_examples(paths, text_column="text", label_column="label",
 def _check(text, label, text_column, label_column):
     if not isinstance(text, str) or not text.strip():
         return f"missing or empty text: {text_column}={text!r}"
-    if isinstance(label, bool) or not isinstance(label, (str, int)) or str(label).strip() == "":
+    if label_column is not None and (
+            isinstance(label, bool) or not isinstance(label, (str, int)) or str(label).strip() == ""):
         return f"missing or invalid label: {label_column}={label!r}"
-    for name, value in ((text_column, text), (label_column, str(label))):
+    fields = ((text_column, text),) if label_column is None else ((text_column, text), (label_column, str(label)))
+    for name, value in fields:
         # surrogateescape turns undecodable bytes into lone surrogates.
         if any("\udc80" <= ch <= "\udcff" for ch in value):
             raw = value.encode("utf-8", "surrogateescape")
@@ -112,7 +118,7 @@ def _delimited_rows(path, text_column, label_column, delimiter):
         reader = csv.DictReader(f, delimiter=delimiter)
         header = reader.fieldnames or []
         for column in (text_column, label_column):
-            if column not in header:
+            if column is not None and column not in header:
                 raise DataError(f"{path}:1: no column {column!r} in header {header}")
         for row in reader:
             source = f"{path}:{reader.line_num}"
@@ -122,7 +128,7 @@ def _delimited_rows(path, text_column, label_column, delimiter):
                 yield source, None, None, (
                     f"wrong field count: {fields} fields, header has {len(header)}: {values!r}")
                 continue
-            yield source, row[text_column], row[label_column], None
+            yield source, row[text_column], row.get(label_column), None
 
 
 def _csv_rows(path, text_column, label_column):
@@ -173,4 +179,13 @@ def _feature_value(features, name):
     return None
 
 
-_ROW_READERS = {"csv": _csv_rows, "tsv": _tsv_rows, "jsonl": _jsonl_rows, "tfrecord": _tfrecord_rows}
+def _text_rows(path, text_column, label_column):
+    if label_column is not None:
+        raise DataError(f"{path}: plain text has no labels; use CSV, TSV, JSONL or TFRecord")
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                yield f"{path}:{number}", line.rstrip("\n"), None, None
+
+
+_ROW_READERS = {"text": _text_rows, "csv": _csv_rows, "tsv": _tsv_rows, "jsonl": _jsonl_rows, "tfrecord": _tfrecord_rows}

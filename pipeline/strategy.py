@@ -1,8 +1,9 @@
-"""Picks the distribution strategy: TPU, several GPUs, multi-worker or default."""
+"""The runtime of a run: its distribution strategy, precision policy and seeds."""
 
 import json
 import os
 
+import keras
 import tensorflow as tf
 
 
@@ -45,3 +46,15 @@ def _tpu_strategy(tpu):
             "--tpu local with the TPU build of TensorFlow installed (see README, "
             "'Training on a TPU'); for a remote TPU pass its name or grpc:// address."
         ) from None
+
+
+def configure_runtime(config, tpu=None):
+    """Sets the precision policy, seeds and determinism; returns the policy name."""
+    precision = config.train.precision
+    if precision == "auto":
+        precision = "mixed_bfloat16" if tpu is not None else "float32"
+    keras.mixed_precision.set_global_policy(precision)
+    keras.utils.set_random_seed(config.train.seed)
+    if tpu is None and not tf.config.list_physical_devices("GPU"):
+        tf.config.experimental.enable_op_determinism()  # same seed, same metrics
+    return precision

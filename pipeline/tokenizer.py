@@ -83,6 +83,26 @@ class Tokenizer(tf.Module):
         ids = tf.concat([cls, ids], axis=1)
         return ids.to_tensor(default_value=PAD_ID, shape=[None, self.max_length])
 
+    def word_ids(self, texts):
+        """Ids grouped by word, `(batch, (words), (pieces))`, [CLS] first.
+
+        Whole words only, as many as fit in `max_length`; merged, they are
+        the ids `__call__` returns without padding (up to a cut word).
+        """
+        words = self.words(texts)
+        if self.settings["kind"] == "wordpiece":
+            ids = self._wordpiece.tokenize(words)
+        else:
+            ids = tf.expand_dims(tf.ragged.map_flat_values(self._table.lookup, words), axis=2)
+        pieces = ids.row_lengths(axis=2)  # (batch, (words))
+        ends = tf.cumsum(pieces.to_tensor(), axis=1)
+        fits = tf.RaggedTensor.from_tensor(ends <= self.max_length - 1, lengths=pieces.row_lengths())
+        ids = tf.ragged.boolean_mask(ids, fits)
+        ones = tf.ones([ids.nrows()], tf.int64)
+        cls = tf.RaggedTensor.from_row_lengths(
+            tf.RaggedTensor.from_row_lengths(tf.fill([ids.nrows()], tf.constant(CLS_ID, tf.int32)), ones), ones)
+        return tf.concat([cls, ids], axis=1)
+
     def tokens(self, ids):
         """The vocabulary entries of `ids`, padding included."""
         return tf.gather(self._tokens, ids)

@@ -8,24 +8,25 @@ again with the same command, it resumes from its last checkpoint.
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import sys
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
-from pipeline.dataset import learn_vocabulary, load_split
+from pipeline.dataset import learn_vocabulary, load_split, train_dataset
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.labels import load_label_names
 from pipeline.metrics import classification_report, format_report
 from pipeline.model import build_model
+from pipeline.pretrain import initialize_from
 from pipeline.readers import DataError
-from pipeline.strategy import TPUUnavailableError, resolve_strategy
+from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy
 from pipeline.tokenizer import Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, Trainer, TrainingError, build_optimizer
 
@@ -33,20 +34,25 @@ METRICS_FILE = "metrics.json"
 
 
 def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu=None,
-                       strategy=None, export=True):
+                       strategy=None, export=True, init_from=None):
     """Trains `config` on the files given (the demo corpus without any).
 
-    `strategy` overrides the one `resolve_strategy(tpu)` picks. Returns the
-    final evaluation report (also written to `metrics.json`).
+    `strategy` overrides the one `resolve_strategy(tpu)` picks; `init_from`
+    is a `pipeline.pretrain` run whose vocabulary, embeddings and encoder
+    the classifier starts from. Returns the final evaluation report (also
+    written to `metrics.json`).
     """
     strategy = strategy or resolve_strategy(tpu)
     precision = configure_runtime(config, tpu)
-    config, names, tokenizer, train, evaluation = prepare_run(config, model_dir, train_paths, eval_paths)
+    config, names, tokenizer, train, evaluation = prepare_run(config, model_dir, train_paths, eval_paths,
+                                                              vocabulary_from=init_from)
     print(f"{len(train)} training and {len(evaluation)} evaluation examples, "
           f"{len(names)} classes, vocabulary of {len(tokenizer.vocabulary)}, "
           f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}")
     with strategy.scope():
         model = build_model(config.model)
+        if init_from:  # a resumed run's checkpoint then overrides these
+            initialize_from(model, init_from, config.model, tokenizer.vocabulary)
     report = fit_and_evaluate(model, config, strategy, train, evaluation, names, model_dir)
     with open(os.path.join(model_dir, METRICS_FILE), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, ensure_ascii=False)
@@ -57,20 +63,11 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     return report
 
 
-def configure_runtime(config, tpu=None):
-    """Sets the precision policy, seeds and determinism; returns the policy name."""
-    precision = config.train.precision
-    if precision == "auto":
-        precision = "mixed_bfloat16" if tpu is not None else "float32"
-    keras.mixed_precision.set_global_policy(precision)
-    keras.utils.set_random_seed(config.train.seed)
-    if tpu is None and not tf.config.list_physical_devices("GPU"):
-        tf.config.experimental.enable_op_determinism()  # same seed, same metrics
-    return precision
-
-
-def prepare_run(config, model_dir, train_paths=None, eval_paths=None):
+def prepare_run(config, model_dir, train_paths=None, eval_paths=None, vocabulary_from=None):
     """Reads the data, learns (or reloads) the vocabulary and fixes the config.
+
+    With `vocabulary_from` (a run directory), its vocabulary is used instead
+    of learning one; the labels still come from the training data.
 
     Returns `(config, label_names, tokenizer, train_split, eval_split)`, with
     the config's vocabulary size and class count filled in and saved.
@@ -80,7 +77,7 @@ def prepare_run(config, model_dir, train_paths=None, eval_paths=None):
         train_paths, eval_paths = write_demo_corpus(os.path.join(model_dir, "demo_data"))
     if not eval_paths:
         raise ValueError("--eval is required with --train")
-    names, tokenizer = _vocabulary(model_dir, config, train_paths)
+    names, tokenizer = _vocabulary(model_dir, config, train_paths, vocabulary_from)
     train = load_split(train_paths, config.data, tokenizer, names)
     evaluation = load_split(eval_paths, config.data, tokenizer, names)
     config = dataclasses.replace(config, model=dataclasses.replace(
@@ -109,7 +106,8 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
         print(f"validation accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f}")
         return report[config.train.best_metric]
 
-    epoch_losses = trainer.fit(train, epochs, on_epoch_end)
+    make_dataset = functools.partial(train_dataset, train, config.train.batch_size, config.train.seed)
+    epoch_losses = trainer.fit(make_dataset, len(train), epochs, on_epoch_end)
     model.load_weights(os.path.join(model_dir, BEST_WEIGHTS))
     report = _evaluate(trainer, evaluation, names)
     report["skipped_rows"] = {"train": train.skipped, "eval": evaluation.skipped}
@@ -117,11 +115,15 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
     return report
 
 
-def _vocabulary(model_dir, config, train_paths):
+def _vocabulary(model_dir, config, train_paths, vocabulary_from=None):
     # Learned once per run and reloaded on resume, so ids never shift.
     if run_dir.has_vocabulary(model_dir):
         return load_label_names(model_dir), Tokenizer.load(model_dir)
-    names, tokenizer = learn_vocabulary(train_paths, config.data, config.model.max_length)
+    names, tokenizer = learn_vocabulary(train_paths, config.data, config.model.max_length,
+                                        learn_tokenizer=vocabulary_from is None)
+    if vocabulary_from:
+        source = Tokenizer.load(vocabulary_from)
+        tokenizer = Tokenizer(source.vocabulary, **{**source.settings, "max_length": config.model.max_length})
     run_dir.save_vocabulary(model_dir, tokenizer, names)
     return names, tokenizer
 
@@ -149,6 +151,8 @@ def parse_args(argv=None):
                         '{"model": {"num_layers": 6}, "train": {"epochs": 5}}')
     parser.add_argument("--tpu", nargs="?", const="local",
                         help="train on a TPU: 'local' (a TPU VM, the default) or a TPU name/address")
+    parser.add_argument("--init-from", help="a pipeline.pretrain directory: start from its vocabulary, "
+                        "embeddings and encoder")
     flags = {  # flag: (config section, field, type)
         "text-column": ("data", "text_column", str), "label-column": ("data", "label_column", str),
         "tokenizer": ("data", "tokenizer", str), "max-length": ("model", "max_length", int),
@@ -178,7 +182,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args, config = parse_args(argv)
     try:
-        train_and_evaluate(config, args.model_dir, args.train, args.eval, args.tpu)
+        train_and_evaluate(config, args.model_dir, args.train, args.eval, args.tpu, init_from=args.init_from)
     except (DataError, TPUUnavailableError, TrainingError, ValueError) as error:
         sys.exit(f"error: {error}")
 

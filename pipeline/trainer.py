@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from pipeline.dataset import distribute, eval_dataset, train_dataset
+from pipeline.dataset import distribute, eval_dataset
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_WEIGHTS = "best.weights.h5"
@@ -24,6 +24,19 @@ BEST_WEIGHTS = "best.weights.h5"
 
 class TrainingError(RuntimeError):
     """Training cannot go on (a non-finite loss); the message says what is kept."""
+
+
+def model_variables(model):
+    """Every variable of `model` for `tf.train.Checkpoint`, keyed by position.
+
+    A Keras 3 model given to `tf.train.Checkpoint` contributes no variables
+    (its weights would be saved only through the optimizer's references,
+    and a model-only restore would silently restore nothing), so they are
+    listed explicitly, dropout seed states included. Keyed by position, not
+    path: Keras numbers seed generators process-wide, while positions are
+    fixed by the architecture.
+    """
+    return {f"variable_{index}": variable for index, variable in enumerate(model.variables)}
 
 
 def build_optimizer(train_config, total_steps):
@@ -55,8 +68,8 @@ class Trainer:
         self.best_score = tf.Variable(-math.inf, dtype=tf.float64, trainable=False, name="best_score")
         self.optimizer.build(model.trainable_variables)  # so a restore fills its slots
         self._restored = False
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=self.step,
-                                         best_score=self.best_score)
+        checkpoint = tf.train.Checkpoint(model=model_variables(model), optimizer=optimizer,
+                                         step=self.step, best_score=self.best_score)
         self.manager = tf.train.CheckpointManager(
             checkpoint, os.path.join(model_dir, CHECKPOINT_DIR), max_to_keep=2)
 
@@ -74,10 +87,16 @@ class Trainer:
             self.strategy.run(self._train_step, args=(next(iterator),))
 
     def _train_step(self, batch):
-        ids, labels = batch  # (replica_batch, max_length), (replica_batch,)
+        # Classification: (ids, labels). Masked-LM: (features, ids, weights)
+        # with labels and weights (batch, predictions); weight 0 pads.
+        features, labels, *weights = batch
+        weights = weights[0] if weights else None
         with tf.GradientTape() as tape:
-            probabilities = self.model(ids, training=True)
+            probabilities = self.model(features, training=True)
             per_example = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+            if weights is not None:  # mean over the real predictions of each example
+                per_example = tf.reduce_sum(per_example * weights, axis=-1) / tf.maximum(
+                    tf.reduce_sum(weights, axis=-1), 1.0)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.config.batch_size)
         variables = self.model.trainable_variables
         gradients = tape.gradient(loss, variables)
@@ -90,7 +109,7 @@ class Trainer:
         replicas = tf.cast(context.num_replicas_in_sync, gradients[0].dtype)
         self.optimizer.apply_gradients(zip([g / replicas for g in gradients], variables))
         self.loss.update_state(per_example)
-        self.accuracy.update_state(labels, probabilities)
+        self.accuracy.update_state(labels, probabilities, sample_weight=weights)
 
     @tf.function
     def _predict_step(self, ids):
@@ -107,16 +126,19 @@ class Trainer:
         probabilities, weights = np.concatenate(probabilities), np.concatenate(weights)
         return probabilities[weights > 0]
 
-    def fit(self, train_split, epochs, on_epoch_end=None):
+    def fit(self, make_dataset, num_examples, epochs, on_epoch_end=None):
         """Trains to `epochs` from wherever the last checkpoint left off.
 
-        `on_epoch_end(epoch)` returns the validation score; the weights with
-        the best score so far are saved to `best.weights.h5`. Returns the mean
-        training loss of each epoch trained by this call, by epoch number.
+        `make_dataset(epoch=, skip_batches=, input_context=)` returns one
+        epoch of global-batch-size batches (e.g. `dataset.train_dataset` with
+        its split, batch size and seed bound). `on_epoch_end(epoch)` returns
+        the validation score; the weights with the best score so far are
+        saved to `best.weights.h5`. Returns the mean training loss of each
+        epoch trained by this call, by epoch number.
         """
-        steps_per_epoch = len(train_split) // self.config.batch_size
+        steps_per_epoch = num_examples // self.config.batch_size
         if steps_per_epoch == 0:
-            raise ValueError(f"{len(train_split)} training examples make no batch of {self.config.batch_size}")
+            raise ValueError(f"{num_examples} training examples make no batch of {self.config.batch_size}")
         total_steps = steps_per_epoch * epochs
         step = int(self.step.numpy()) if self._restored else self.restore()
         if step:
@@ -126,8 +148,7 @@ class Trainer:
         while step < total_steps:
             epoch, offset = divmod(step, steps_per_epoch)
             print(f"Epoch {epoch + 1}/{epochs}")
-            dataset = distribute(self.strategy, train_dataset, train_split, self.config.batch_size,
-                                 self.config.seed, epoch=epoch, skip_batches=offset)
+            dataset = distribute(self.strategy, make_dataset, epoch=epoch, skip_batches=offset)
             iterator = iter(dataset)
             progress = keras.utils.Progbar(  # one line per epoch when not on a terminal
                 steps_per_epoch, verbose=1 if sys.stdout.isatty() else 2,

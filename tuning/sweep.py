@@ -21,8 +21,8 @@ from pipeline.config import Config, override
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.model_dir import restore_model
 from pipeline.readers import DataError
-from pipeline.strategy import TPUUnavailableError, resolve_strategy
-from pipeline.train import configure_runtime, prepare_run
+from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy
+from pipeline.train import prepare_run
 from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow
 

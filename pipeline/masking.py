@@ -1,0 +1,99 @@
+"""Masked-language-model batches, made in tf.data with tensorflow-text's BERT ops.
+
+Of the tokens of each sequence ([CLS], [SEP] and padding excluded), 15% are
+chosen (rounded per sequence, at least one, as BERT's data script does); of those 80% become [MASK], 10% a random token and 10% stay as they
+were (the rates are settable). With whole-word masking, all pieces of a
+chosen word are chosen together. Every sequence has exactly
+`max_predictions` prediction slots, weight 0 where unused, so shapes are
+static on TPUs.
+"""
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+from tensorflow_text.python.ops import item_selector_ops
+
+
+from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID
+
+
+class BertItemSelector(item_selector_ops.ItemSelector):
+    """Chooses `max(1, round(n * rate))` of the n selectable items of each row.
+
+    BERT's data script rounds; tensorflow-text's `RandomItemSelector` takes
+    the ceiling, which chooses about 20% instead of 15% of the tokens of the
+    short sequences classification corpora hold. Items are the entries of
+    axis 1: tokens, or whole words for `(batch, (words), (pieces))` ids (a
+    word is selectable when its first piece is).
+    """
+
+    def __init__(self, rate, max_selections, unselectable_ids):
+        super().__init__(unselectable_ids)
+        self.rate, self.max_selections = rate, max_selections
+
+    def get_selection_mask(self, input_ids, axis=1):
+        items = input_ids
+        if input_ids.ragged_rank > 1:  # one item per word: its first piece
+            first = tf.gather(input_ids.flat_values, input_ids.values.row_starts())
+            items = tf.RaggedTensor.from_row_splits(first, input_ids.row_splits)
+        selectable = tf.ragged.map_flat_values(
+            lambda ids: tf.reduce_all(ids[:, None] != tf.constant(self.unselectable_ids, ids.dtype), -1), items)
+        dense = selectable.to_tensor(False)  # (batch, items)
+        count = tf.reduce_sum(tf.cast(dense, tf.float32), axis=1)
+        wanted = tf.minimum(tf.maximum(1.0, tf.round(count * self.rate)), float(self.max_selections))
+        scores = tf.where(dense, tf.random.uniform(tf.shape(dense)), 2.0)  # unselectable sort last
+        rank = tf.argsort(tf.argsort(scores, axis=1), axis=1)
+        chosen = dense & (tf.cast(rank, tf.float32) < wanted[:, None])
+        chosen = tf.RaggedTensor.from_tensor(chosen, lengths=items.row_lengths())
+        if input_ids.ragged_rank > 1:  # every piece of a chosen word
+            pieces = tf.repeat(chosen.flat_values, input_ids.values.row_lengths())
+            return input_ids.with_flat_values(pieces)
+        return chosen
+
+
+def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config):
+    """Masks a batch of `Tokenizer.word_ids` output.
+
+    Returns:
+        `({"token_ids": (batch, max_length), "masked_positions": (batch, P)},
+        targets (batch, P), weights (batch, P))`, P = `max_predictions`.
+    """
+    ids = word_ids if pretrain_config.whole_word_masking else word_ids.merge_dims(1, 2)
+    selector = BertItemSelector(pretrain_config.mask_rate, pretrain_config.max_predictions,
+                                unselectable_ids=[PAD_ID, CLS_ID, SEP_ID])
+    chooser = tf_text.MaskValuesChooser(
+        vocabulary_size, MASK_ID, mask_token_rate=pretrain_config.mask_token_rate,
+        random_token_rate=pretrain_config.random_token_rate)
+    masked, positions, targets = tf_text.mask_language_model(ids, selector, chooser, axis=1)
+    if masked.ragged_rank > 1:
+        masked = masked.merge_dims(1, 2)
+    slots = [None, pretrain_config.max_predictions]
+    features = {
+        "token_ids": masked.to_tensor(default_value=PAD_ID, shape=[None, max_length]),
+        # A whole word beyond the slots is left unpredicted: to_tensor truncates.
+        "masked_positions": tf.cast(positions.to_tensor(shape=slots), tf.int32),
+    }
+    weights = tf.ones_like(targets, tf.float32).to_tensor(shape=slots)
+    return features, tf.cast(targets.to_tensor(shape=slots), tf.int32), weights
+
+
+def masked_lm_dataset(texts, tokenizer, global_batch_size, pretrain_config, seed, epoch=0,
+                      skip_batches=0, input_context=None):
+    """One epoch of masked batches from a list of texts, shuffled by `(seed, epoch)`."""
+    batch_size = global_batch_size
+    dataset = tf.data.Dataset.from_tensor_slices(texts)
+    if input_context is not None:
+        batch_size = input_context.get_per_replica_batch_size(global_batch_size)
+        if input_context.num_input_pipelines > 1:
+            dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    vocabulary_size = len(tokenizer.vocabulary)
+    return (
+        dataset
+        .shuffle(len(texts), seed=seed * 1000 + epoch, reshuffle_each_iteration=False)
+        .batch(batch_size, drop_remainder=True)  # static shapes
+        .skip(skip_batches)
+        # Tokenize and mask whole batches: the ops are vectorized. Sequential,
+        # so the random choices depend only on the seed and the batch order.
+        .map(lambda batch: mask_tokens(tokenizer.word_ids(batch), vocabulary_size,
+                                       tokenizer.max_length, pretrain_config))
+        .prefetch(tf.data.AUTOTUNE)
+    )

@@ -1,0 +1,155 @@
+"""Masked-language-model pre-training of the embeddings and shared encoder.
+
+    python -m pipeline.pretrain --text FILES --model-dir DIR [--vocabulary-from DIR] [--tpu [NAME|local]]
+
+Reads plain text (one document per line) or the text column of CSV, TSV,
+JSONL or TFRecord files (labels ignored), builds the vocabulary exactly as
+`pipeline.train` does (or takes another run's), and trains the encoder to
+predict masked tokens, with the same strategies, host loops, checkpoints and
+resume as training. Then
+
+    python -m pipeline.train --init-from DIR --train ... --eval ...
+
+starts a classifier from the pre-trained embeddings and encoder.
+"""
+
+import argparse
+import functools
+import json
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+from pipeline import model_dir as run_dir
+from pipeline.config import Config, override
+from pipeline.masking import masked_lm_dataset
+from pipeline.model import build_pretraining_model
+from pipeline.readers import DataError, read_examples
+from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy
+from pipeline.tokenizer import Tokenizer
+from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
+
+METRICS_FILE = "pretrain_metrics.json"
+# Layers a classifier takes from a pre-trained run, by the names build_model gives them.
+SHARED_LAYERS = ("embedding", "embedding_norm", "encoder")
+# Model fields that must match for those weights to fit.
+SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads", "intermediate_size",
+                "num_groups", "norm_first", "hidden_activation", "num_layers")
+
+
+def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, strategy=None):
+    """Pre-trains; returns the final report (also `pretrain_metrics.json`)."""
+    strategy = strategy or resolve_strategy(tpu)
+    configure_runtime(config, tpu)
+    os.makedirs(model_dir, exist_ok=True)
+    texts = read_examples(text_paths, config.data.text_column, None, config.data.file_format,
+                          config.data.skip_bad_rows).texts
+    tokenizer = _vocabulary(model_dir, vocabulary_from, texts, config)
+    config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary)}})
+    run_dir.check_or_save_config(model_dir, config)
+    print(f"{len(texts)} documents, vocabulary of {len(tokenizer.vocabulary)}, "
+          f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}")
+    steps = len(texts) // config.train.batch_size * config.train.epochs
+    with strategy.scope():
+        model = build_pretraining_model(config.model, config.pretrain.max_predictions)
+        trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir)
+    make_dataset = functools.partial(masked_lm_dataset, texts, tokenizer, config.train.batch_size,
+                                     config.pretrain, config.train.seed)
+    losses = trainer.fit(make_dataset, len(texts), config.train.epochs)
+    report = evaluate_masked_lm(model, make_dataset(epoch=config.train.epochs))
+    report["loss_by_epoch"] = losses
+    with open(os.path.join(model_dir, METRICS_FILE), "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"masked-token accuracy {report['masked_accuracy']:.4f} (always the most frequent "
+          f"token: {report['most_frequent_token_accuracy']:.4f}) on {report['predictions']} predictions")
+    return report
+
+
+def evaluate_masked_lm(model, dataset):
+    """Masked-token accuracy against always predicting the most frequent target."""
+    correct, targets_seen = 0, []
+    for features, targets, weights in dataset:
+        predicted = np.argmax(model(features, training=False), axis=-1)
+        real = weights.numpy() > 0
+        correct += int((predicted == targets.numpy())[real].sum())
+        targets_seen.append(targets.numpy()[real])
+    targets_seen = np.concatenate(targets_seen)
+    most_frequent = np.bincount(targets_seen).max()
+    return {"predictions": int(len(targets_seen)), "masked_accuracy": correct / len(targets_seen),
+            "most_frequent_token_accuracy": float(most_frequent / len(targets_seen))}
+
+
+def initialize_from(model, pretrain_dir, model_config, vocabulary):
+    """Loads the pre-trained embeddings and encoder of `pretrain_dir` into `model`.
+
+    A vocabulary or shape mismatch is a `ValueError` naming what differs;
+    nothing is loaded partially.
+    """
+    if list(Tokenizer.load(pretrain_dir).vocabulary) != list(vocabulary):
+        raise ValueError(f"--init-from {pretrain_dir}: its vocabulary differs from this run's "
+                         "(a run directory keeps the vocabulary it started with; use a new --model-dir)")
+    pretrained_config = Config.load(os.path.join(pretrain_dir, run_dir.CONFIG_FILE)).model
+    mismatched = [f"{field}: pre-trained {getattr(pretrained_config, field)!r}, here {getattr(model_config, field)!r}"
+                  for field in SHAPE_FIELDS if getattr(pretrained_config, field) != getattr(model_config, field)]
+    if mismatched:
+        raise ValueError(f"--init-from {pretrain_dir} does not fit this model ({'; '.join(mismatched)})")
+    latest = tf.train.latest_checkpoint(os.path.join(pretrain_dir, CHECKPOINT_DIR))
+    if latest is None:
+        raise ValueError(f"--init-from {pretrain_dir}: no checkpoint to start from")
+    pretrained = build_pretraining_model(pretrained_config, Config.load(
+        os.path.join(pretrain_dir, run_dir.CONFIG_FILE)).pretrain.max_predictions)
+    run_dir.restore_variables(pretrained, latest)
+    for name in SHARED_LAYERS:
+        model.get_layer(name).set_weights(pretrained.get_layer(name).get_weights())
+
+
+def _vocabulary(model_dir, vocabulary_from, texts, config):
+    for directory in (model_dir, vocabulary_from):  # a resumed run keeps its own
+        if directory and os.path.exists(os.path.join(directory, "vocab.txt")):
+            tokenizer = Tokenizer.load(directory)
+            break
+    else:
+        tokenizer = Tokenizer.learn(
+            texts, kind=config.data.tokenizer, vocabulary_size=config.data.vocabulary_size,
+            min_count=config.data.min_count, max_length=config.model.max_length,
+            lower_case=config.data.lower_case, normalization_form=config.data.normalization_form)
+    tokenizer.save(model_dir)
+    return tokenizer
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--text", required=True, help="text files: path, glob or comma-separated list "
+                        "(.txt one document per line, or CSV/TSV/JSONL/TFRecord with --text-column)")
+    parser.add_argument("--model-dir", required=True, help="where the run's files go (resumes if present)")
+    parser.add_argument("--vocabulary-from", help="a run directory whose vocabulary to use instead of learning one")
+    parser.add_argument("--config", help="JSON file overriding config fields (see pipeline/config.py)")
+    parser.add_argument("--tpu", nargs="?", const="local", help="pre-train on a TPU, as pipeline.train")
+    parser.add_argument("--text-column", help="column or field holding the text (default text)")
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--max-length", type=int)
+    parser.add_argument("--max-predictions", type=int, help="predicted positions per sequence (default 20)")
+    parser.add_argument("--whole-word-masking", action="store_true", help="mask all pieces of a word together")
+    args = parser.parse_args(argv)
+    values = {"data": {}, "train": {}, "model": {}, "pretrain": {}}
+    for flag, section, field in [("text_column", "data", "text_column"), ("epochs", "train", "epochs"),
+                                 ("batch_size", "train", "batch_size"), ("max_length", "model", "max_length"),
+                                 ("max_predictions", "pretrain", "max_predictions")]:
+        if getattr(args, flag) is not None:
+            values[section][field] = getattr(args, flag)
+    if args.whole_word_masking:
+        values["pretrain"]["whole_word_masking"] = True
+    try:
+        config = override(Config.load(args.config) if args.config else Config(), values, "command line")
+        pretrain(config, args.model_dir, args.text, args.vocabulary_from, args.tpu)
+    except (DataError, TPUUnavailableError, TrainingError, ValueError) as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipeline.config import Config, PretrainConfig
+from pipeline.demo_corpus import generate, write_demo_corpus
+from pipeline.masking import mask_tokens
+from pipeline.model import build_model, build_pretraining_model
+from pipeline.model_dir import restore_variables
+from pipeline.pretrain import initialize_from, pretrain
+from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, Tokenizer
+from pipeline.train import train_and_evaluate
+from pipeline.trainer import CHECKPOINT_DIR
+
+TINY = {
+    "model": {"max_length": 24, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
+              "num_heads": 2, "intermediate_size": 64, "dropout_rate": 0.0},
+    "data": {"tokenizer": "word", "min_count": 1},
+    "train": {"batch_size": 32, "epochs": 3, "learning_rate": 3e-3, "checkpoint_every": 50},
+    "pretrain": {"max_predictions": 5},
+}
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("pretrain")
+    texts = directory / "docs.txt"
+    texts.write_text("\n".join(text for text, _ in generate(1600, seed=5)) + "\n", encoding="utf-8")
+    # Masked-LM learns slowly: a higher rate and five epochs (~250 steps) for a clear signal.
+    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 5, "learning_rate": 1e-2}})
+    report = pretrain(config, str(directory / "run"), str(texts))
+    return str(directory / "run"), report
+
+
+def test_masking_statistics_match_bert():
+    texts = [text for text, _ in generate(3000, seed=2)]
+    tokenizer = Tokenizer.learn(texts, kind="wordpiece", vocabulary_size=400, min_count=1, max_length=32)
+    tf.random.set_seed(0)
+    ids = tokenizer(tf.constant(texts)).numpy()
+    features, targets, weights = mask_tokens(tokenizer.word_ids(tf.constant(texts)), len(tokenizer.vocabulary),
+                                             32, PretrainConfig(max_predictions=16))
+    masked, positions = features["token_ids"].numpy(), features["masked_positions"].numpy()
+    real = weights.numpy() > 0
+    selectable = ((ids != PAD_ID) & (ids != CLS_ID)).sum()
+    assert abs(real.sum() / selectable - 0.15) < 0.02
+    rows = np.repeat(np.arange(len(texts))[:, None], 16, axis=1)[real]
+    chosen_inputs, chosen_originals = masked[rows, positions[real]], targets.numpy()[real]
+    np.testing.assert_array_equal(chosen_originals, ids[rows, positions[real]])
+    as_mask = np.mean(chosen_inputs == MASK_ID)
+    unchanged = np.mean(chosen_inputs == chosen_originals)
+    assert abs(as_mask - 0.8) < 0.03 and abs(unchanged - 0.1) < 0.03, (as_mask, unchanged)
+    assert abs(1 - as_mask - unchanged - 0.1) < 0.03  # random replacements
+    # Positions not chosen are left as they were.
+    untouched = np.ones_like(ids, bool)
+    untouched[rows, positions[real]] = False
+    np.testing.assert_array_equal(masked[untouched], ids[untouched])
+
+
+def test_whole_word_masking_takes_every_piece_of_a_word():
+    texts = [text for text, _ in generate(500, seed=3)]
+    # A small vocabulary splits most words into several pieces.
+    tokenizer = Tokenizer.learn(texts, kind="wordpiece", vocabulary_size=60, min_count=1, max_length=48)
+    tf.random.set_seed(1)
+    features, _, weights = mask_tokens(tokenizer.word_ids(tf.constant(texts)), len(tokenizer.vocabulary), 48,
+                                       PretrainConfig(max_predictions=40, whole_word_masking=True))
+    ids = tokenizer(tf.constant(texts)).numpy()
+    continuation = np.vectorize(lambda i: tokenizer.vocabulary[i].startswith("##"))(ids)
+    checked = 0
+    for row, (positions, weight) in enumerate(zip(features["masked_positions"].numpy(), weights.numpy())):
+        chosen = set(positions[weight > 0].tolist())
+        for position in chosen:
+            if position + 1 < 48 and continuation[row, position + 1]:
+                assert position + 1 in chosen  # the word's next piece is chosen too
+                checked += 1
+    assert checked > 50
+
+
+def test_loss_falls_and_beats_the_most_frequent_token(pretrained):
+    _, report = pretrained
+    losses = report["loss_by_epoch"]
+    assert losses[5] < losses[1] - 0.5
+    assert report["masked_accuracy"] > report["most_frequent_token_accuracy"] + 0.05, report
+
+
+def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
+    run, _ = pretrained
+    config = Config.load(os.path.join(run, "config.json"))
+    classifier = build_model(dataclasses.replace(config.model, num_classes=2))
+    initialize_from(classifier, run, config.model, Tokenizer.load(run).vocabulary)
+    reference = build_pretraining_model(config.model, config.pretrain.max_predictions)
+    restore_variables(reference, tf.train.latest_checkpoint(os.path.join(run, CHECKPOINT_DIR)))
+    trained = np.asarray(reference.get_layer("encoder").blocks[0].attention._query_dense.kernel)
+    initial = np.asarray(build_pretraining_model(config.model, 5).get_layer("encoder").blocks[0]
+                         .attention._query_dense.kernel)
+    assert np.abs(trained - initial).max() > 1e-3  # the reference really holds trained weights
+    for name in ("embedding", "embedding_norm", "encoder"):
+        for ours, theirs in zip(classifier.get_layer(name).get_weights(), reference.get_layer(name).get_weights()):
+            np.testing.assert_array_equal(ours, theirs)
+    # And the whole command path: the classifier takes the pre-trained vocabulary.
+    corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
+    classifier_config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1}})
+    report = train_and_evaluate(classifier_config, str(tmp_path / "classifier"), *corpus, export=False,
+                                init_from=run)
+    assert report["examples"] == 64
+    assert Tokenizer.load(str(tmp_path / "classifier")).vocabulary == Tokenizer.load(run).vocabulary
+
+
+def test_mismatches_are_clear_errors(pretrained):
+    run, _ = pretrained
+    config = Config.load(os.path.join(run, "config.json")).model
+    wider = dataclasses.replace(config, hidden_size=64, num_classes=2)
+    with pytest.raises(ValueError, match=r"does not fit this model \(hidden_size: pre-trained 32, here 64\)"):
+        initialize_from(build_model(wider), run, wider, Tokenizer.load(run).vocabulary)
+    other = list(Tokenizer.load(run).vocabulary)
+    other[7], other[8] = other[8], other[7]
+    same = dataclasses.replace(config, num_classes=2)
+    with pytest.raises(ValueError, match="its vocabulary differs"):
+        initialize_from(build_model(same), run, same, other)
