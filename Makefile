@@ -23,7 +23,7 @@ install: $(BIN)/.installed
 # exports it, and classifies sentences with the exported SavedModel.
 demo: install
 	rm -rf $(DEMO_DIR)
-	$(BIN)/python -m pipeline.train --model-dir $(DEMO_DIR) --max-length 32 --epochs 5
+	$(BIN)/python -m pipeline.train --model-dir $(DEMO_DIR) --epochs 5
 	printf '%s\n' \
 	  "our team crushed their team" \
 	  "their team crushed our team" \

@@ -14,14 +14,11 @@ and prints their ratios. The target is input >= 20x training.
 
 import argparse
 import csv
-import json
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from common import write_results  # sets up the path and TF's logging
 
 import tensorflow as tf  # noqa: E402
 
@@ -84,6 +81,7 @@ def main():
         csv_path, record_path = write_corpus(directory, args.examples)
         names, tokenizer = learn_vocabulary(csv_path, config.data, config.model.max_length)
         config.model.vocabulary_size, config.model.num_classes = len(tokenizer.vocabulary), len(names)
+        config.model.max_length = tokenizer.max_length  # derived from the corpus by default
         split, csv_rate = cold_input(csv_path, config, tokenizer, names)
         _, record_rate = cold_input(record_path, config, tokenizer, names)
         warm_rate = warm_input(split, config)
@@ -96,9 +94,7 @@ def main():
     for label, rate in [("cold input from CSV", csv_rate), ("cold input from TFRecord", record_rate),
                         ("warm input (cached int32 arrays)", warm_rate), ("training, default model", train_rate)]:
         print(f"{label:<34}{rate:>12,.0f}{rate / train_rate:>11.1f}x")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
+    write_results(results, args.out)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,11 @@ and prints their ratios.
 """
 
 import argparse
-import json
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from common import write_results  # sets up the path and TF's logging
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -49,8 +46,9 @@ def main():
     args = parser.parse_args()
     config = Config()
     texts = [text for text, _ in generate(2000, seed=0)]
-    tokenizer = Tokenizer.learn(texts, max_length=config.model.max_length)
+    tokenizer = Tokenizer.learn(texts, max_length=128)  # a common fixed length for serving figures
     config.model.vocabulary_size, config.model.num_classes = len(tokenizer.vocabulary), 2
+    config.model.max_length = tokenizer.max_length
     model = build_model(config.model)
     with tempfile.TemporaryDirectory() as directory:
         path = export_saved_model(model, tokenizer, ["negative", "positive"], directory)
@@ -78,9 +76,7 @@ def main():
                        ("batches of 256, examples/s", "examples_per_s")]:
         served, bare_value = summary[f"served_{key}"], summary[f"bare_{key}"]
         print(f"{label:<34}{served:>18,.2f}{bare_value:>18,.2f}{served / bare_value:>8.2f}")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(summary, f, indent=2)
+    write_results(summary, args.out)
 
 
 if __name__ == "__main__":

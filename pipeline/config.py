@@ -18,7 +18,10 @@ class ModelConfig:
     # Output classes, from the label set of the training data.
     num_classes: int = 0
     # Tokens per example, [CLS] included; fixed so TPU shapes are static.
-    max_length: int = 128
+    # 0 derives it from the training data: the 99th percentile of tokenized
+    # lengths rounded up to a multiple of 16 (at most 512), since padding
+    # costs as much compute as real tokens and most corpora are short.
+    max_length: int = 0
     # E: width of the V x E embedding table (ALBERT-base: 128).
     embedding_size: int = 128
     # H: width of the Transformer; E x H projects embeddings to it.
@@ -59,7 +62,9 @@ class DataConfig:
     skip_bad_rows: bool = False
     # "wordpiece" (tensorflow-text's learner) or "word" (source design).
     tokenizer: str = "wordpiece"
-    # Upper bound on the vocabulary, reserved tokens included.
+    # Vocabulary size: the word vocabulary's upper bound (reserved tokens
+    # included); WordPiece's learner aims at it, and its alphabet of single
+    # characters and ##-pieces can add a few hundred entries.
     vocabulary_size: int = 8000
     # Words seen fewer times than this in training map to [UNK].
     min_count: int = 2

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from pipeline.labels import encode_labels, label_names
 from pipeline.readers import read_examples
-from pipeline.tokenizer import Tokenizer
+from pipeline.tokenizer import LONGEST, Tokenizer
 
 TOKENIZE_BATCH = 1024
 
@@ -51,15 +51,20 @@ def load_split(paths, data_config, tokenizer, names):
                  dict(examples.skipped))
 
 
-def learn_vocabulary(paths, data_config, max_length, learn_tokenizer=True):
+def learn_vocabulary(paths, data_config, max_length, reuse=None):
     """Reads the training files once and learns the label set and tokenizer.
 
-    With `learn_tokenizer=False` the tokenizer is None (another is reused).
+    With `reuse` (a `Tokenizer`, e.g. of a pre-trained run) its vocabulary
+    and settings are kept and only `max_length` is set (0: derived from the
+    training texts).
     """
     examples = read_examples(paths, data_config.text_column, data_config.label_column,
                              data_config.file_format, data_config.skip_bad_rows)
-    if not learn_tokenizer:
-        return label_names(examples.labels), None
+    if reuse is not None:
+        tokenizer = Tokenizer(reuse.vocabulary, **{**reuse.settings, "max_length": max_length or LONGEST})
+        if not max_length:
+            tokenizer.settings["max_length"] = tokenizer.fitting_length(examples.texts)
+        return label_names(examples.labels), tokenizer
     tokenizer = Tokenizer.learn(
         examples.texts, kind=data_config.tokenizer,
         vocabulary_size=data_config.vocabulary_size, min_count=data_config.min_count,

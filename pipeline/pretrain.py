@@ -47,7 +47,8 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     texts = read_examples(text_paths, config.data.text_column, None, config.data.file_format,
                           config.data.skip_bad_rows).texts
     tokenizer = _vocabulary(model_dir, vocabulary_from, texts, config)
-    config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary)}})
+    config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary),
+                                         "max_length": tokenizer.max_length}})
     run_dir.check_or_save_config(model_dir, config)
     print(f"{len(texts)} documents, vocabulary of {len(tokenizer.vocabulary)}, "
           f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}")

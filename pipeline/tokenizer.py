@@ -13,6 +13,7 @@ import collections
 import json
 import os
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
@@ -22,6 +23,7 @@ RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
 KINDS = ("wordpiece", "word")
 VOCABULARY_FILE = "vocab.txt"
+LONGEST = 512  # the cap of a max_length derived from the data
 SETTINGS_FILE = "tokenizer.json"
 
 
@@ -115,7 +117,8 @@ class Tokenizer(tf.Module):
         Word vocabulary: words seen at least `min_count` times, most frequent
         first, at most `vocabulary_size` entries with the reserved tokens;
         everything else maps to [UNK]. WordPiece: tensorflow-text's learner,
-        with `min_count` as its lowest frequency threshold.
+        with `min_count` as its lowest frequency threshold. `max_length=0`
+        derives the length from the texts (see `fitting_length`).
         """
         probe = cls(list(RESERVED_TOKENS), "word", max_length, lower_case, normalization_form)
         counts = collections.Counter()
@@ -131,7 +134,20 @@ class Tokenizer(tf.Module):
                 counts, vocabulary_size, list(RESERVED_TOKENS),
                 lower_thresh=max(1, min_count), max_unique_chars=vocabulary_size)
             vocabulary = list(RESERVED_TOKENS) + [t for t in learned if t not in RESERVED_TOKENS]
-        return cls(vocabulary, kind, max_length, lower_case, normalization_form)
+        tokenizer = cls(vocabulary, kind, max_length or LONGEST, lower_case, normalization_form)
+        if not max_length:
+            tokenizer.settings["max_length"] = tokenizer.fitting_length(texts)
+        return tokenizer
+
+    def fitting_length(self, texts, quantile=99, multiple=16):
+        """The `quantile`th percentile of the texts' token counts ([CLS]
+        included), rounded up to a multiple of `multiple`, at most the
+        current `max_length`."""
+        lengths = []
+        for batch in tf.data.Dataset.from_tensor_slices(texts).batch(4096):
+            lengths.append(tf.math.count_nonzero(self(batch), axis=1).numpy())
+        length = float(np.percentile(np.concatenate(lengths), quantile))
+        return int(min(self.max_length, max(multiple, -(-length // multiple) * multiple)))
 
     def save(self, directory):
         with open(os.path.join(directory, VOCABULARY_FILE), "w", encoding="utf-8") as f:

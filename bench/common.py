@@ -1,0 +1,65 @@
+"""Shared pieces of the benchmarks: matmul peak, FLOP counts, timed training steps."""
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from pipeline.config import TrainConfig  # noqa: E402
+from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
+
+
+def write_results(results, path):
+    """Writes a benchmark's figures as JSON, creating the folder."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=2)
+
+
+def matmul_peak(dtype="float32", size=2048, repeats=10):
+    """GFLOP/s of a `size`^3 tf.matmul on this machine (median of `repeats`)."""
+    a = tf.random.normal((size, size), dtype=dtype)
+    b = tf.random.normal((size, size), dtype=dtype)
+    step = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
+    step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step().numpy()
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / np.median(times) / 1e9
+
+
+def training_flops_per_token(vocabulary_size, embedding_size, hidden_size, num_layers,
+                             intermediate_size, max_length):
+    """Analytical training FLOPs per token: 3x forward (forward + two backward matmuls).
+
+    Forward per token: the E x H projection, then per layer Q, K, V, output
+    (4 H^2), the feed-forward (2 H F) and the attention scores and mix
+    (2 x 2 L H). The embedding lookup and the head are left out.
+    """
+    per_layer = 4 * hidden_size**2 + 2 * hidden_size * intermediate_size
+    forward = 2 * (embedding_size * hidden_size + num_layers * per_layer) + num_layers * 4 * max_length * hidden_size
+    return 3 * forward
+
+
+def steps_per_second(model, features, labels, batch_size, steps, warmup_steps=3):
+    """Steady-state training steps/s of `model` in the project's training loop."""
+    config = TrainConfig(batch_size=batch_size)
+    with tempfile.TemporaryDirectory() as directory:
+        trainer = Trainer(model, build_optimizer(config, 10_000), tf.distribute.get_strategy(), config, directory)
+        dataset = tf.data.Dataset.from_tensors((features, labels)).repeat()
+        iterator = iter(dataset)
+        trainer._train_steps(iterator, tf.constant(warmup_steps))  # tracing, first compiled steps
+        float(trainer.loss.result())
+        start = time.perf_counter()
+        trainer._train_steps(iterator, tf.constant(steps))
+        float(trainer.loss.result())  # waits for the steps
+        return steps / (time.perf_counter() - start)
