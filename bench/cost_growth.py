@@ -61,7 +61,9 @@ def plot(results, path):
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     lengths = sorted(int(k) for k in results["tokens_per_second"])
     left.plot(lengths, [results["tokens_per_second"][str(k)] for k in lengths], marker="o")
-    left.set(xscale="log", xlabel="max length", ylabel="training tokens/s", title="Throughput against length")
+    left.set_xscale("log", base=2)
+    left.minorticks_off()
+    left.set(xlabel="max length", ylabel="training tokens/s", title="Throughput against length", ylim=(0, None))
     left.set_xticks(lengths, [str(k) for k in lengths])
     sizes = sorted(int(k) for k in results["parameters"]["factorized"])
     for kind in ("factorized", "unfactorized"):

@@ -38,7 +38,9 @@ class ModelConfig:
     hidden_activation: str = "gelu"
     # Dropout after each sub-layer and on the pooled vector.
     dropout_rate: float = 0.1
-    # Dropout on attention weights; 0 lets Keras use its fused attention op.
+    # Dropout on attention weights. 0 lets Keras use its fused attention op,
+    # which also keeps logits and softmax in float32 under mixed_bfloat16;
+    # above 0, Keras's explicit path runs the softmax in the compute dtype.
     attention_dropout_rate: float = 0.0
     # Pre-norm blocks instead of the post-norm of BERT/ALBERT.
     norm_first: bool = False

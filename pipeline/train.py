@@ -46,8 +46,10 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     precision = configure_runtime(config, tpu)
     config, names, tokenizer, train, evaluation = prepare_run(config, model_dir, train_paths, eval_paths,
                                                               vocabulary_from=init_from)
+    filled = int((train.ids[:, -1] != 0).sum())  # truncated, or exactly max_length long
     print(f"{len(train)} training and {len(evaluation)} evaluation examples, "
-          f"{len(names)} classes, vocabulary of {len(tokenizer.vocabulary)}, "
+          f"{len(names)} classes, vocabulary of {len(tokenizer.vocabulary)}, max length "
+          f"{config.model.max_length} ({filled} training examples fill it and may be truncated), "
           f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}")
     with strategy.scope():
         model = build_model(config.model)
