@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline.labels import encode_labels, label_names
-from pipeline.readers import read_examples
+from pipeline.readers import Examples, read_examples
 from pipeline.tokenizer import LONGEST, Tokenizer
 
 TOKENIZE_BATCH = 1024
@@ -42,24 +42,30 @@ def tokenize(tokenizer, texts):
     return np.concatenate(list(dataset.as_numpy_iterator()))
 
 
+def read_split(paths, data_config):
+    """The validated examples of `paths` (see `readers.read_examples`)."""
+    if isinstance(paths, Examples):
+        return paths
+    return read_examples(paths, data_config.text_column, data_config.label_column,
+                         data_config.file_format, data_config.skip_bad_rows)
+
+
 def load_split(paths, data_config, tokenizer, names):
-    """Reads, validates and tokenizes one split (training or evaluation)."""
-    examples = read_examples(paths, data_config.text_column, data_config.label_column,
-                             data_config.file_format, data_config.skip_bad_rows)
+    """Reads (unless given `Examples`), validates and tokenizes one split."""
+    examples = read_split(paths, data_config)
     labels = encode_labels(examples, names, data_config.skip_bad_rows)
     return Split(tokenize(tokenizer, examples.texts), labels, examples.sources,
                  dict(examples.skipped))
 
 
 def learn_vocabulary(paths, data_config, max_length, reuse=None):
-    """Reads the training files once and learns the label set and tokenizer.
+    """Learns the label set and tokenizer from the training files (or `Examples`).
 
     With `reuse` (a `Tokenizer`, e.g. of a pre-trained run) its vocabulary
     and settings are kept and only `max_length` is set (0: derived from the
     training texts).
     """
-    examples = read_examples(paths, data_config.text_column, data_config.label_column,
-                             data_config.file_format, data_config.skip_bad_rows)
+    examples = read_split(paths, data_config)
     if reuse is not None:
         tokenizer = Tokenizer(reuse.vocabulary, **{**reuse.settings, "max_length": max_length or LONGEST})
         if not max_length:

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
-from pipeline.dataset import learn_vocabulary, load_split, train_dataset
+from pipeline.dataset import learn_vocabulary, load_split, read_split, train_dataset
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.labels import load_label_names
@@ -79,8 +79,9 @@ def prepare_run(config, model_dir, train_paths=None, eval_paths=None, vocabulary
         train_paths, eval_paths = write_demo_corpus(os.path.join(model_dir, "demo_data"))
     if not eval_paths:
         raise ValueError("--eval is required with --train")
-    names, tokenizer = _vocabulary(model_dir, config, train_paths, vocabulary_from)
-    train = load_split(train_paths, config.data, tokenizer, names)
+    train_examples = read_split(train_paths, config.data)  # read once: vocabulary and split
+    names, tokenizer = _vocabulary(model_dir, config, train_examples, vocabulary_from)
+    train = load_split(train_examples, config.data, tokenizer, names)
     evaluation = load_split(eval_paths, config.data, tokenizer, names)
     config = dataclasses.replace(config, model=dataclasses.replace(
         config.model, vocabulary_size=len(tokenizer.vocabulary), num_classes=len(names),
@@ -118,12 +119,12 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
     return report
 
 
-def _vocabulary(model_dir, config, train_paths, vocabulary_from=None):
+def _vocabulary(model_dir, config, train_examples, vocabulary_from=None):
     # Learned once per run and reloaded on resume, so ids never shift.
     if run_dir.has_vocabulary(model_dir):
         return load_label_names(model_dir), Tokenizer.load(model_dir)
     reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
-    names, tokenizer = learn_vocabulary(train_paths, config.data, config.model.max_length, reuse)
+    names, tokenizer = learn_vocabulary(train_examples, config.data, config.model.max_length, reuse)
     run_dir.save_vocabulary(model_dir, tokenizer, names)
     return names, tokenizer
 
