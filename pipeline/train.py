@@ -163,9 +163,12 @@ def parse_args(argv=None):
         "checkpoint-every": ("train", "checkpoint_every", int),
         "precision": ("train", "precision", str),
     }
+    notes = {"tokenizer": "wordpiece or word; ", "max-length": "0 derives it from the training data; ",
+             "precision": "auto, float32 or mixed_bfloat16; "}
     for flag, (section, field, kind) in flags.items():
         default = getattr(getattr(Config(), section), field)
-        parser.add_argument(f"--{flag}", type=kind, help=f"{section}.{field} (default {default})")
+        parser.add_argument(f"--{flag}", type=kind,
+                            help=f"{section}.{field} ({notes.get(flag, '')}default {default})")
     parser.add_argument("--skip-bad-rows", action="store_true",
                         help="skip and count bad rows instead of stopping at the first")
     args = parser.parse_args(argv)
