@@ -71,12 +71,16 @@ def learn_vocabulary(paths, data_config, max_length, reuse=None):
         if not max_length:
             tokenizer.settings["max_length"] = tokenizer.fitting_length(examples.texts)
         return label_names(examples.labels), tokenizer
-    tokenizer = Tokenizer.learn(
-        examples.texts, kind=data_config.tokenizer,
+    return label_names(examples.labels), learn_tokenizer(examples.texts, data_config, max_length)
+
+
+def learn_tokenizer(texts, data_config, max_length):
+    """A tokenizer learned from `texts` with the data config's settings."""
+    return Tokenizer.learn(
+        texts, kind=data_config.tokenizer,
         vocabulary_size=data_config.vocabulary_size, min_count=data_config.min_count,
         max_length=max_length, lower_case=data_config.lower_case,
         normalization_form=data_config.normalization_form)
-    return label_names(examples.labels), tokenizer
 
 
 def train_dataset(split, global_batch_size, seed, epoch=0, skip_batches=0,

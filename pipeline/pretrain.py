@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
+from pipeline.dataset import learn_tokenizer
 from pipeline.masking import masked_lm_dataset
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
@@ -112,10 +113,7 @@ def _vocabulary(model_dir, vocabulary_from, texts, config):
             tokenizer = Tokenizer.load(directory)
             break
     else:
-        tokenizer = Tokenizer.learn(
-            texts, kind=config.data.tokenizer, vocabulary_size=config.data.vocabulary_size,
-            min_count=config.data.min_count, max_length=config.model.max_length,
-            lower_case=config.data.lower_case, normalization_form=config.data.normalization_form)
+        tokenizer = learn_tokenizer(texts, config.data, config.model.max_length)
     tokenizer.save(model_dir)
     return tokenizer
 
