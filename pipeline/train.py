@@ -130,8 +130,8 @@ def _vocabulary(model_dir, config, train_examples, vocabulary_from=None):
 
 
 def _evaluate(trainer, split, names):
-    predictions = np.argmax(trainer.predict(split), axis=-1)
-    return classification_report(split.labels, predictions, names)
+    probabilities, labels = trainer.predict(split)
+    return classification_report(labels, np.argmax(probabilities, axis=-1), names)
 
 
 def _print_skipped(skipped):

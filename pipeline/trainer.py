@@ -116,15 +116,21 @@ class Trainer:
         return self.strategy.run(lambda x: self.model(x, training=False), args=(ids,))
 
     def predict(self, split):
-        """Class probabilities of every example of `split`, in order of the split."""
+        """`(probabilities, labels)` of every example of `split`, each once.
+
+        The results of this host's replicas, with their labels. A multi-host
+        run (several input pipelines) would score only this host's shard;
+        gathering across hosts is not done yet.
+        """
         dataset = distribute(self.strategy, eval_dataset, split, self.config.batch_size)
-        probabilities, weights = [], []
-        for ids, _, weight in dataset:
-            local = self.strategy.experimental_local_results
+        local = self.strategy.experimental_local_results
+        probabilities, labels, weights = [], [], []
+        for ids, label, weight in dataset:
             probabilities.extend(p.numpy() for p in local(self._predict_step(ids)))
-            weights.extend(w.numpy() for w in local(weight))
-        probabilities, weights = np.concatenate(probabilities), np.concatenate(weights)
-        return probabilities[weights > 0]
+            labels.extend(value.numpy() for value in local(label))
+            weights.extend(value.numpy() for value in local(weight))
+        real = np.concatenate(weights) > 0  # padding rows have weight 0
+        return np.concatenate(probabilities)[real], np.concatenate(labels)[real]
 
     def fit(self, make_dataset, num_examples, epochs, on_epoch_end=None):
         """Trains to `epochs` from wherever the last checkpoint left off.

@@ -1,3 +1,4 @@
+import dataclasses
 import functools
 import json
 import os
@@ -11,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline.config import Config
-from pipeline.dataset import load_split, tokenize, train_dataset
+from pipeline.dataset import Split, load_split, tokenize, train_dataset
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.model import build_model
 from pipeline.model_dir import load_run, restore_model, restore_variables
@@ -51,6 +52,22 @@ def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus):
     assert double["examples"] == single["examples"] == 200
     assert abs(double["accuracy"] - single["accuracy"]) <= 0.02, (single, double)
     np.testing.assert_allclose(_probabilities(tmp_path / "two"), _probabilities(tmp_path / "one"), atol=0.02)
+
+
+def test_prediction_scores_every_example_once_from_two_replicas(tmp_path):
+    config = _config()
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    model_config = dataclasses.replace(config.model, vocabulary_size=30, num_classes=3)
+    rng = np.random.default_rng(0)
+    split = Split(rng.integers(1, 30, size=(10, 16)).astype("int32"), np.arange(10, dtype="int32") % 3,
+                  [f"f:{i}" for i in range(10)], {})
+    with mirrored.scope():
+        model = build_model(model_config)
+        trainer = Trainer(model, build_optimizer(config.train, 10), mirrored,
+                          dataclasses.replace(config.train, batch_size=4), str(tmp_path))
+    probabilities, labels = trainer.predict(split)  # 10 rows in 3 global batches of 2 x 2
+    np.testing.assert_array_equal(labels, split.labels)
+    np.testing.assert_allclose(probabilities, model(split.ids), atol=1e-6)
 
 
 def test_same_seed_gives_identical_metrics(tmp_path, corpus):
