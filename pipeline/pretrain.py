@@ -29,7 +29,7 @@ from pipeline.masking import masked_lm_dataset
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
 from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy
-from pipeline.tokenizer import Tokenizer
+from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
 
 METRICS_FILE = "pretrain_metrics.json"
@@ -92,7 +92,8 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
     if list(Tokenizer.load(pretrain_dir).vocabulary) != list(vocabulary):
         raise ValueError(f"--init-from {pretrain_dir}: its vocabulary differs from this run's "
                          "(a run directory keeps the vocabulary it started with; use a new --model-dir)")
-    pretrained_config = Config.load(os.path.join(pretrain_dir, run_dir.CONFIG_FILE)).model
+    pretrained = Config.load(os.path.join(pretrain_dir, run_dir.CONFIG_FILE))
+    pretrained_config = pretrained.model
     mismatched = [f"{field}: pre-trained {getattr(pretrained_config, field)!r}, here {getattr(model_config, field)!r}"
                   for field in SHAPE_FIELDS if getattr(pretrained_config, field) != getattr(model_config, field)]
     if mismatched:
@@ -100,16 +101,15 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
     latest = tf.train.latest_checkpoint(os.path.join(pretrain_dir, CHECKPOINT_DIR))
     if latest is None:
         raise ValueError(f"--init-from {pretrain_dir}: no checkpoint to start from")
-    pretrained = build_pretraining_model(pretrained_config, Config.load(
-        os.path.join(pretrain_dir, run_dir.CONFIG_FILE)).pretrain.max_predictions)
-    run_dir.restore_variables(pretrained, latest)
+    pretrained_model = build_pretraining_model(pretrained_config, pretrained.pretrain.max_predictions)
+    run_dir.restore_variables(pretrained_model, latest)
     for name in SHARED_LAYERS:
-        model.get_layer(name).set_weights(pretrained.get_layer(name).get_weights())
+        model.get_layer(name).set_weights(pretrained_model.get_layer(name).get_weights())
 
 
 def _vocabulary(model_dir, vocabulary_from, texts, config):
     for directory in (model_dir, vocabulary_from):  # a resumed run keeps its own
-        if directory and os.path.exists(os.path.join(directory, "vocab.txt")):
+        if directory and os.path.exists(os.path.join(directory, VOCABULARY_FILE)):
             tokenizer = Tokenizer.load(directory)
             break
     else:

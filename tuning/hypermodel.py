@@ -12,7 +12,7 @@ import keras_tuner
 
 from pipeline.config import override
 from pipeline.model import build_model
-from pipeline.model_dir import CONFIG_FILE, save_vocabulary
+from pipeline.model_dir import check_or_save_config, save_vocabulary
 from pipeline.train import fit_and_evaluate
 from tuning.search_space import sample
 
@@ -46,7 +46,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         train, evaluation, names, tokenizer = self.data
         os.makedirs(trial_dir, exist_ok=True)
         # A trial directory is a model directory: pipeline.export reads it.
-        config.save(os.path.join(trial_dir, CONFIG_FILE))
+        check_or_save_config(trial_dir, config)
         save_vocabulary(trial_dir, tokenizer, names)
         report = fit_and_evaluate(model, config, self.strategy, train, evaluation, names,
                                   trial_dir, epochs=epochs)
