@@ -43,8 +43,12 @@ def encode_labels(examples, names, skip_bad_rows=False):
 
 
 def save_label_names(names, directory):
-    with open(os.path.join(directory, LABELS_FILE), "w", encoding="utf-8") as f:
+    # Written last with the vocabulary and atomically: its presence says the
+    # vocabulary is complete (other workers of a cluster may be reading).
+    path = os.path.join(directory, LABELS_FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(list(names), f, ensure_ascii=False, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def load_label_names(directory):

@@ -28,7 +28,7 @@ from pipeline.dataset import learn_tokenizer
 from pipeline.masking import masked_lm_dataset
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
-from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy
+from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
 
@@ -44,13 +44,14 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     """Pre-trains; returns the final report (also `pretrain_metrics.json`)."""
     strategy = strategy or resolve_strategy(tpu)
     configure_runtime(config, tpu)
-    os.makedirs(model_dir, exist_ok=True)
+    output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
+    os.makedirs(output, exist_ok=True)
     texts = read_examples(text_paths, config.data.text_column, None, config.data.file_format,
                           config.data.skip_bad_rows).texts
-    tokenizer = _vocabulary(model_dir, vocabulary_from, texts, config)
+    tokenizer = _vocabulary(model_dir, output, vocabulary_from, texts, config)
     config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary),
                                          "max_length": tokenizer.max_length}})
-    run_dir.check_or_save_config(model_dir, config)
+    run_dir.check_or_save_config(output, config)
     print(f"{len(texts)} documents, vocabulary of {len(tokenizer.vocabulary)}, "
           f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}")
     steps = len(texts) // config.train.batch_size * config.train.epochs
@@ -62,10 +63,11 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     losses = trainer.fit(make_dataset, len(texts), config.train.epochs)
     report = evaluate_masked_lm(model, make_dataset(epoch=config.train.epochs))
     report["loss_by_epoch"] = losses
-    with open(os.path.join(model_dir, METRICS_FILE), "w") as f:
+    with open(os.path.join(output, METRICS_FILE), "w") as f:
         json.dump(report, f, indent=2)
     print(f"masked-token accuracy {report['masked_accuracy']:.4f} (always the most frequent "
           f"token: {report['most_frequent_token_accuracy']:.4f}) on {report['predictions']} predictions")
+    finish_run(model_dir, strategy)
     return report
 
 
@@ -107,14 +109,14 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
         model.get_layer(name).set_weights(pretrained_model.get_layer(name).get_weights())
 
 
-def _vocabulary(model_dir, vocabulary_from, texts, config):
+def _vocabulary(model_dir, output, vocabulary_from, texts, config):
     for directory in (model_dir, vocabulary_from):  # a resumed run keeps its own
         if directory and os.path.exists(os.path.join(directory, VOCABULARY_FILE)):
             tokenizer = Tokenizer.load(directory)
             break
     else:
         tokenizer = learn_tokenizer(texts, config.data, config.model.max_length)
-    tokenizer.save(model_dir)
+    tokenizer.save(output)
     return tokenizer
 
 

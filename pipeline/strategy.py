@@ -2,9 +2,14 @@
 
 import json
 import os
+import shutil
 
 import keras
 import tensorflow as tf
+
+
+# Under MODEL_DIR: the folders the non-chief workers of a cluster write to.
+WORKERS_DIR = "workers"
 
 
 class TPUUnavailableError(RuntimeError):
@@ -30,6 +35,45 @@ def resolve_strategy(tpu=None):
     if len(tf.config.list_logical_devices("GPU")) > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
+
+
+def output_dir(model_dir, strategy):
+    """Where this process writes a run's files.
+
+    `model_dir` on the chief, and everywhere outside a multi-worker cluster.
+    The other workers of a `MultiWorkerMirroredStrategy` still save what the
+    chief saves (saving distributed variables can take part in collectives),
+    but into a folder of their own, `MODEL_DIR/workers/<task>_<index>`, which
+    `finish_run` removes; they read what they resume from (checkpoints,
+    vocabulary) in `model_dir`, as the chief does.
+    """
+    if strategy.extended.should_checkpoint:
+        return model_dir
+    resolver = strategy.cluster_resolver
+    return os.path.join(model_dir, WORKERS_DIR, f"{resolver.task_type}_{resolver.task_id}")
+
+
+def finish_run(model_dir, strategy):
+    """Waits for every worker of a cluster, then removes this worker's folder.
+
+    Without the wait, a chief that finishes first takes the cluster's
+    coordination service down under workers still exporting.
+    """
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        _barrier(strategy)
+    own = output_dir(model_dir, strategy)
+    if own != model_dir:
+        shutil.rmtree(own, ignore_errors=True)
+        try:
+            os.rmdir(os.path.dirname(own))  # the last worker out removes workers/
+        except OSError:
+            pass
+
+
+@tf.function
+def _barrier(strategy):
+    # An all-reduce returns on no worker before every worker has joined it.
+    return strategy.reduce("SUM", strategy.run(tf.ones, args=([],)), axis=None)
 
 
 def _tpu_strategy(tpu):

@@ -150,10 +150,14 @@ class Tokenizer(tf.Module):
         return int(min(self.max_length, max(multiple, -(-length // multiple) * multiple)))
 
     def save(self, directory):
-        with open(os.path.join(directory, VOCABULARY_FILE), "w", encoding="utf-8") as f:
-            f.write("\n".join(self.vocabulary) + "\n")
+        # The vocabulary last and atomically: once it is there, the tokenizer is
+        # complete (other workers of a cluster may be reading).
         with open(os.path.join(directory, SETTINGS_FILE), "w", encoding="utf-8") as f:
             json.dump(self.settings, f, indent=2)
+        path = os.path.join(directory, VOCABULARY_FILE)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write("\n".join(self.vocabulary) + "\n")
+        os.replace(path + ".tmp", path)
 
     @classmethod
     def load(cls, directory):

@@ -26,7 +26,7 @@ from pipeline.metrics import classification_report, format_report
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from
 from pipeline.readers import DataError
-from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy
+from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
 from pipeline.tokenizer import Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, Trainer, TrainingError, build_optimizer
 
@@ -45,7 +45,7 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     strategy = strategy or resolve_strategy(tpu)
     precision = configure_runtime(config, tpu)
     config, names, tokenizer, train, evaluation = prepare_run(config, model_dir, train_paths, eval_paths,
-                                                              vocabulary_from=init_from)
+                                                              vocabulary_from=init_from, strategy=strategy)
     filled = int((train.ids[:, -1] != 0).sum())  # truncated, or exactly max_length long
     print(f"{len(train)} training and {len(evaluation)} evaluation examples, "
           f"{len(names)} classes, vocabulary of {len(tokenizer.vocabulary)}, max length "
@@ -56,37 +56,44 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
         if init_from:  # a resumed run's checkpoint then overrides these
             initialize_from(model, init_from, config.model, tokenizer.vocabulary)
     report = fit_and_evaluate(model, config, strategy, train, evaluation, names, model_dir)
-    with open(os.path.join(model_dir, METRICS_FILE), "w", encoding="utf-8") as f:
+    output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
+    with open(os.path.join(output, METRICS_FILE), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, ensure_ascii=False)
     print(format_report(report))
     _print_skipped(report["skipped_rows"])
     if export:
-        print("Exported", export_saved_model(model, tokenizer, names, os.path.join(model_dir, EXPORT_DIR)))
+        path = export_saved_model(model, tokenizer, names, os.path.join(output, EXPORT_DIR))
+        if output == model_dir:  # not a worker folder, removed at the end
+            print("Exported", path)
+    finish_run(model_dir, strategy)
     return report
 
 
-def prepare_run(config, model_dir, train_paths=None, eval_paths=None, vocabulary_from=None):
+def prepare_run(config, model_dir, train_paths=None, eval_paths=None, vocabulary_from=None, strategy=None):
     """Reads the data, learns (or reloads) the vocabulary and fixes the config.
 
     With `vocabulary_from` (a run directory), its vocabulary is used instead
-    of learning one; the labels still come from the training data.
+    of learning one; the labels still come from the training data. A
+    resumed run reloads its own. Files are written where `strategy` says
+    this process writes (`pipeline.strategy.output_dir`).
 
     Returns `(config, label_names, tokenizer, train_split, eval_split)`, with
     the config's vocabulary size and class count filled in and saved.
     """
-    os.makedirs(model_dir, exist_ok=True)
+    output = output_dir(model_dir, strategy or tf.distribute.get_strategy())
+    os.makedirs(output, exist_ok=True)
     if train_paths is None:
-        train_paths, eval_paths = write_demo_corpus(os.path.join(model_dir, "demo_data"))
+        train_paths, eval_paths = write_demo_corpus(os.path.join(output, "demo_data"))
     if not eval_paths:
         raise ValueError("--eval is required with --train")
     train_examples = read_split(train_paths, config.data)  # read once: vocabulary and split
-    names, tokenizer = _vocabulary(model_dir, config, train_examples, vocabulary_from)
+    names, tokenizer = _vocabulary(model_dir, output, config, train_examples, vocabulary_from)
     train = load_split(train_examples, config.data, tokenizer, names)
     evaluation = load_split(eval_paths, config.data, tokenizer, names)
     config = dataclasses.replace(config, model=dataclasses.replace(
         config.model, vocabulary_size=len(tokenizer.vocabulary), num_classes=len(names),
         max_length=tokenizer.max_length))
-    run_dir.check_or_save_config(model_dir, config)
+    run_dir.check_or_save_config(output, config)
     return config, names, tokenizer, train, evaluation
 
 
@@ -100,7 +107,7 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
     steps = len(train) // config.train.batch_size * epochs
     with strategy.scope():
         trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir)
-    eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, "logs", "eval"))
+    eval_writer = tf.summary.create_file_writer(os.path.join(trainer.output_dir, "logs", "eval"))
 
     def on_epoch_end(epoch):
         report = _evaluate(trainer, evaluation, names)
@@ -112,20 +119,24 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
 
     make_dataset = functools.partial(train_dataset, train, config.train.batch_size, config.train.seed)
     epoch_losses = trainer.fit(make_dataset, len(train), epochs, on_epoch_end)
-    model.load_weights(os.path.join(model_dir, BEST_WEIGHTS))
+    model.load_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
     report = _evaluate(trainer, evaluation, names)
     report["skipped_rows"] = {"train": train.skipped, "eval": evaluation.skipped}
     report["train_loss_by_epoch"] = epoch_losses
     return report
 
 
-def _vocabulary(model_dir, config, train_examples, vocabulary_from=None):
-    # Learned once per run and reloaded on resume, so ids never shift.
+def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None):
+    # Learned once per run and reloaded on resume, so ids never shift. A
+    # cluster's other workers learn the same one the chief does (the same data
+    # and settings) unless the chief's is there already.
     if run_dir.has_vocabulary(model_dir):
-        return load_label_names(model_dir), Tokenizer.load(model_dir)
-    reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
-    names, tokenizer = learn_vocabulary(train_examples, config.data, config.model.max_length, reuse)
-    run_dir.save_vocabulary(model_dir, tokenizer, names)
+        names, tokenizer = load_label_names(model_dir), Tokenizer.load(model_dir)
+    else:
+        reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
+        names, tokenizer = learn_vocabulary(train_examples, config.data, config.model.max_length, reuse)
+    if output != model_dir or not run_dir.has_vocabulary(model_dir):
+        run_dir.save_vocabulary(output, tokenizer, names)
     return names, tokenizer
 
 

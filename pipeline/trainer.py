@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline.dataset import distribute, eval_dataset
+from pipeline.strategy import output_dir
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_WEIGHTS = "best.weights.h5"
@@ -56,12 +57,18 @@ def build_optimizer(train_config, total_steps):
 
 
 class Trainer:
-    """Trains a `build_model` classifier under a strategy; create it in `strategy.scope()`."""
+    """Trains a `build_model` classifier under a strategy; create it in `strategy.scope()`.
+
+    Resumes from the checkpoints in `model_dir`; writes checkpoints, the best
+    weights and TensorBoard logs to `output_dir` (`model_dir` except on the
+    non-chief workers of a cluster; see `pipeline.strategy.output_dir`).
+    """
 
     def __init__(self, model, optimizer, strategy, train_config, model_dir):
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
         self.config = train_config
         self.model_dir = model_dir
+        self.output_dir = output_dir(model_dir, strategy)
         self.loss = keras.metrics.Mean(name="loss")
         self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
@@ -71,13 +78,14 @@ class Trainer:
         checkpoint = tf.train.Checkpoint(model=model_variables(model), optimizer=optimizer,
                                          step=self.step, best_score=self.best_score)
         self.manager = tf.train.CheckpointManager(
-            checkpoint, os.path.join(model_dir, CHECKPOINT_DIR), max_to_keep=2)
+            checkpoint, os.path.join(self.output_dir, CHECKPOINT_DIR), max_to_keep=2)
 
     def restore(self):
-        """Restores the latest checkpoint, if any; returns the step reached."""
+        """Restores the latest checkpoint of `model_dir`, if any; returns the step reached."""
         self._restored = True
-        if self.manager.latest_checkpoint:
-            self.manager.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+        latest = tf.train.latest_checkpoint(os.path.join(self.model_dir, CHECKPOINT_DIR))
+        if latest:
+            self.manager.checkpoint.restore(latest).assert_existing_objects_matched()
         return int(self.step.numpy())
 
     @tf.function
@@ -112,23 +120,27 @@ class Trainer:
         self.accuracy.update_state(labels, probabilities, sample_weight=weights)
 
     @tf.function
-    def _predict_step(self, ids):
-        return self.strategy.run(lambda x: self.model(x, training=False), args=(ids,))
+    def _predict_step(self, ids, labels, weights):
+        probabilities = self.strategy.run(lambda x: self.model(x, training=False), args=(ids,))
+        outputs = (probabilities, labels, weights)
+        if len(self.strategy.experimental_local_results(ids)) < self.strategy.num_replicas_in_sync:
+            # Other hosts hold replicas too: gather every replica's rows.
+            return tuple(self.strategy.gather(value, axis=0) for value in outputs)
+        return outputs
 
     def predict(self, split):
         """`(probabilities, labels)` of every example of `split`, each once.
 
-        The results of this host's replicas, with their labels. A multi-host
-        run (several input pipelines) would score only this host's shard;
-        gathering across hosts is not done yet.
+        Every host of a multi-host run scores its own shard; the results are
+        gathered from all replicas of all hosts, so each host returns all of
+        them (in replica order, with their labels).
         """
         dataset = distribute(self.strategy, eval_dataset, split, self.config.batch_size)
         local = self.strategy.experimental_local_results
         probabilities, labels, weights = [], [], []
-        for ids, label, weight in dataset:
-            probabilities.extend(p.numpy() for p in local(self._predict_step(ids)))
-            labels.extend(value.numpy() for value in local(label))
-            weights.extend(value.numpy() for value in local(weight))
+        for batch in dataset:
+            for values, output in zip((probabilities, labels, weights), self._predict_step(*batch)):
+                values.extend(value.numpy() for value in local(output))
         real = np.concatenate(weights) > 0  # padding rows have weight 0
         return np.concatenate(probabilities)[real], np.concatenate(labels)[real]
 
@@ -139,7 +151,7 @@ class Trainer:
         epoch of global-batch-size batches (e.g. `dataset.train_dataset` with
         its split, batch size and seed bound). `on_epoch_end(epoch)` returns
         the validation score; the weights with the best score so far are
-        saved to `best.weights.h5`. Returns the mean training loss of each
+        saved to `best.weights.h5` in `output_dir`. Returns the mean training loss of each
         epoch trained by this call, by epoch number.
         """
         steps_per_epoch = num_examples // self.config.batch_size
@@ -149,7 +161,7 @@ class Trainer:
         step = int(self.step.numpy()) if self._restored else self.restore()
         if step:
             print(f"Resuming from the checkpoint at step {step} of {total_steps}.")
-        writer = tf.summary.create_file_writer(os.path.join(self.model_dir, "logs", "train"))
+        writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "logs", "train"))
         epoch_losses = {}
         while step < total_steps:
             epoch, offset = divmod(step, steps_per_epoch)
@@ -179,7 +191,7 @@ class Trainer:
             score = on_epoch_end(epoch) if on_epoch_end else None
             if score is not None and score > self.best_score.numpy():
                 self.best_score.assign(score)
-                self.model.save_weights(os.path.join(self.model_dir, BEST_WEIGHTS))
+                self.model.save_weights(os.path.join(self.output_dir, BEST_WEIGHTS))
             self.manager.save(checkpoint_number=step)
         return epoch_losses
 

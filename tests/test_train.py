@@ -3,6 +3,7 @@ import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -133,6 +134,67 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus):
         report.pop("train_loss_by_epoch")  # covers only the epochs each process trained
     assert metrics[0] == metrics[1]
     assert os.path.isdir(os.path.join(killed_dir, "export", "1"))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_workers(model_dir, corpus, config_path):
+    """Two `pipeline.train` processes of one MultiWorkerMirroredStrategy cluster on 127.0.0.1."""
+    cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
+    return [subprocess.Popen(
+        _train_command(model_dir, corpus, config_path), cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                 TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})))
+        for index in range(2)]
+
+
+def _finish(workers):
+    outputs = [worker.communicate(timeout=300)[0] for worker in workers]
+    for worker, output in zip(workers, outputs):
+        assert worker.returncode == 0, output[-3000:]
+    return outputs
+
+
+def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(tmp_path, corpus):
+    config_path = str(tmp_path / "tiny.json")
+    with open(config_path, "w") as f:
+        json.dump({**TINY, "model": {**TINY["model"], "dropout_rate": 0.1}}, f)
+    whole_dir, killed_dir = str(tmp_path / "whole"), str(tmp_path / "killed")
+    outputs = _finish(_start_workers(whole_dir, corpus, config_path))
+    assert "2 replica(s) of CollectiveAllReduceStrategy" in outputs[0]  # MultiWorkerMirroredStrategy
+    # Each worker evaluates its half of the evaluation set; both report all of it.
+    summaries = [output[output.index("class     precision"):].split("\nExported")[0].strip() for output in outputs]
+    assert summaries[0] == summaries[1]
+    whole = json.load(open(os.path.join(whole_dir, "metrics.json")))
+    assert whole["examples"] == 200
+    assert whole["train_loss_by_epoch"]["2"] < whole["train_loss_by_epoch"]["1"]
+    # The chief alone wrote the run's files; the other worker's folder is gone.
+    assert sorted(os.listdir(whole_dir)) == sorted(
+        ["best.weights.h5", "checkpoints", "config.json", "export", "labels.json", "logs",
+         "metrics.json", "tokenizer.json", "vocab.txt"])
+    assert os.listdir(os.path.join(whole_dir, "export")) == ["1"]
+
+    workers = _start_workers(killed_dir, corpus, config_path)
+    deadline = time.time() + 120
+    while not os.path.exists(os.path.join(killed_dir, CHECKPOINT_DIR, "ckpt-9.index")):
+        assert all(w.poll() is None for w in workers) and time.time() < deadline, "no checkpoint in time"
+        time.sleep(0.02)
+    for worker in workers:
+        worker.send_signal(signal.SIGKILL)
+        worker.communicate()
+    assert not os.path.exists(os.path.join(killed_dir, "metrics.json"))
+    outputs = _finish(_start_workers(killed_dir, corpus, config_path))
+    assert all("Resuming from the checkpoint at step" in output for output in outputs)
+    resumed = json.load(open(os.path.join(killed_dir, "metrics.json")))
+    for report in (whole, resumed):
+        report.pop("train_loss_by_epoch")  # covers only the epochs each process trained
+    assert resumed == whole
+    assert not os.path.exists(os.path.join(killed_dir, "workers"))
 
 
 def test_tpu_flag_without_a_tpu_fails_clearly(tmp_path):

@@ -1,0 +1,83 @@
+"""Pre-train then fine-tune, against training from scratch for the same time, and TF-IDF + LR.
+
+    .venv/bin/pip install -e ".[bench]"
+    .venv/bin/python bench/pretraining.py [--cache bench/cache] [--pretrain-epochs 2] [--finetune-epochs 1]
+
+On the tweet corpus of `bench/accuracy.py` (same cache, same 80/20 split):
+1. TF-IDF + logistic regression, as in `bench/accuracy.py`;
+2. this project's default model trained from scratch for the config's epochs;
+3. masked-language-model pre-training on the training texts (labels unused)
+   with the same model config, then `--init-from` fine-tuning, with epochs
+   chosen so that pre-training plus fine-tuning take about the time of (2).
+Prints accuracy, macro-F1 and seconds of each, and writes them as JSON after
+every arm (a long run keeps what it finished).
+"""
+
+import argparse
+import os
+import shutil
+import time
+
+from accuracy import fetch_corpus, tfidf_logistic_regression
+from common import write_results
+
+
+def from_scratch(train_path, test_path, directory, epochs):
+    from pipeline.config import Config, override
+    from pipeline.train import train_and_evaluate
+
+    config = override(Config(), {"train": {"epochs": epochs}}) if epochs else Config()
+    report = train_and_evaluate(config, directory, train_path, test_path, export=False)
+    return {"accuracy": report["accuracy"], "macro_f1": report["macro_f1"], "epochs": config.train.epochs}
+
+
+def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, finetune_epochs):
+    from pipeline.config import Config, override
+    from pipeline.pretrain import pretrain
+    from pipeline.train import train_and_evaluate
+
+    start = time.perf_counter()
+    pretrain_dir = os.path.join(directory, "pretrain")
+    masked = pretrain(override(Config(), {"train": {"epochs": pretrain_epochs}}),
+                      pretrain_dir, train_path)
+    pretrain_seconds = time.perf_counter() - start
+    config = override(Config(), {"train": {"epochs": finetune_epochs}})
+    report = train_and_evaluate(config, os.path.join(directory, "finetune"), train_path, test_path,
+                                export=False, init_from=pretrain_dir)
+    return {"accuracy": report["accuracy"], "macro_f1": report["macro_f1"],
+            "pretrain_epochs": pretrain_epochs, "finetune_epochs": finetune_epochs,
+            "pretrain_seconds": pretrain_seconds, "masked_accuracy": masked["masked_accuracy"],
+            "most_frequent_token_accuracy": masked["most_frequent_token_accuracy"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", default=os.path.join("bench", "cache"))
+    parser.add_argument("--scratch-epochs", type=int, help="epochs from scratch (default: the config's)")
+    parser.add_argument("--pretrain-epochs", type=int, default=2)
+    parser.add_argument("--finetune-epochs", type=int, default=1)
+    parser.add_argument("--out", default=os.path.join("bench", "results", "pretraining.json"))
+    args = parser.parse_args()
+    train_path, test_path = fetch_corpus(args.cache)
+    runs = os.path.join(args.cache, "pretraining_runs")
+    shutil.rmtree(runs, ignore_errors=True)  # never resume a run of other code
+    results = {}
+    for name, run in [
+        ("tfidf_logistic_regression", lambda: tfidf_logistic_regression(train_path, test_path)),
+        ("from_scratch", lambda: from_scratch(train_path, test_path, os.path.join(runs, "scratch"),
+                                              args.scratch_epochs)),
+        ("pretrain_then_finetune", lambda: pretrain_then_finetune(
+            train_path, test_path, runs, args.pretrain_epochs, args.finetune_epochs)),
+    ]:
+        start = time.perf_counter()
+        results[name] = run()
+        results[name]["seconds"] = time.perf_counter() - start
+        print(name, results[name], flush=True)
+        write_results(results, args.out)
+    print(f"\n{'':<28}{'accuracy':>10}{'macro-F1':>10}{'seconds':>10}")
+    for name, result in results.items():
+        print(f"{name:<28}{result['accuracy']:>10.4f}{result['macro_f1']:>10.4f}{result['seconds']:>10.0f}")
+
+
+if __name__ == "__main__":
+    main()
