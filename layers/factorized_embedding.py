@@ -19,6 +19,13 @@ class FactorizedEmbedding(keras.layers.Layer):
         hidden_size: int, H, the width the projection maps to.
         use_bias: bool, whether the projection has a bias.
         initializer_range: float, stddev of the truncated-normal initializer.
+        unit_scale: bool, give the outputs about unit variance, as
+            tensor2tensor does for embeddings that a unit-amplitude timing
+            signal is added to: table and projection drawn with stddev
+            `E ** -0.5` and looked-up rows multiplied by `sqrt(E)`
+            (`multiply_embedding_mode="sqrt_depth"`). With ALBERT's 0.02 for
+            both, the outputs are about `0.02 ** 2 * sqrt(E)` (0.005 at
+            E = 128), so the timing signal drowns the words.
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -47,6 +54,7 @@ class FactorizedEmbedding(keras.layers.Layer):
         hidden_size,
         use_bias=True,
         initializer_range=0.02,
+        unit_scale=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -55,11 +63,11 @@ class FactorizedEmbedding(keras.layers.Layer):
         self.hidden_size = int(hidden_size)
         self.use_bias = bool(use_bias)
         self.initializer_range = float(initializer_range)
+        self.unit_scale = bool(unit_scale)
 
     def build(self, input_shape):
-        initializer = keras.initializers.TruncatedNormal(
-            stddev=self.initializer_range
-        )
+        stddev = self.embedding_size**-0.5 if self.unit_scale else self.initializer_range
+        initializer = keras.initializers.TruncatedNormal(stddev=stddev)
         self.token_embedding = keras.layers.Embedding(
             self.vocabulary_size,
             self.embedding_size,
@@ -84,6 +92,8 @@ class FactorizedEmbedding(keras.layers.Layer):
             reduced = ops.matmul(inputs, ops.transpose(kernel))  # (..., E)
             return ops.matmul(reduced, ops.transpose(table))  # (..., V)
         embedded = self.token_embedding(inputs)  # (batch, length, E)
+        if self.unit_scale:
+            embedded = embedded * ops.cast(self.embedding_size**0.5, embedded.dtype)
         return self.projection(embedded)  # (batch, length, H)
 
     def compute_mask(self, inputs, mask=None):
@@ -107,6 +117,7 @@ class FactorizedEmbedding(keras.layers.Layer):
                 "hidden_size": self.hidden_size,
                 "use_bias": self.use_bias,
                 "initializer_range": self.initializer_range,
+                "unit_scale": self.unit_scale,
             }
         )
         return config

@@ -1,8 +1,9 @@
 """Masked-language-model batches, made in tf.data with tensorflow-text's BERT ops.
 
 Of the tokens of each sequence ([CLS], [SEP] and padding excluded), 15% are
-chosen (rounded per sequence, at least one, as BERT's data script does); of those 80% become [MASK], 10% a random token and 10% stay as they
-were (the rates are settable). With whole-word masking, all pieces of a
+chosen (rounded per sequence, at least one, as BERT's data script does); of
+those 80% become [MASK], 10% a random token and 10% stay as they were (the
+rates are settable). Optionally, ALBERT's sentence-order task too. With whole-word masking, all pieces of a
 chosen word are chosen together. Every sequence has exactly
 `max_predictions` prediction slots, weight 0 where unused, so shapes are
 static on TPUs.
@@ -50,13 +51,52 @@ class BertItemSelector(item_selector_ops.ItemSelector):
         return chosen
 
 
+def swap_segments(word_ids, max_length):
+    """ALBERT's sentence-order task on single documents.
+
+    Cuts each sequence of `Tokenizer.word_ids` output (`[CLS]` first) at a
+    random word boundary into two segments and returns `[CLS] A [SEP] B`, or,
+    for half of the sequences, `[CLS] B [SEP] A`. Where the [SEP] does not
+    fit, the last word makes room. A sequence of fewer than two words cannot
+    be cut; it stays in order with weight 0.
+
+    Returns:
+        `(word_ids, swapped int32 (batch,), weights float32 (batch,))`.
+    """
+    words = word_ids[:, 1:]  # without [CLS]
+    ends = tf.cumsum(words.row_lengths(axis=2).to_tensor(), axis=1)  # pieces so far
+    fits = tf.RaggedTensor.from_tensor(ends <= max_length - 2, lengths=words.row_lengths())
+    words = tf.ragged.boolean_mask(words, fits)
+    count = words.row_lengths()
+    cuttable = count >= 2
+    # The cut: 1 .. count - 1 words before it.
+    cut = 1 + tf.cast(tf.random.uniform(tf.shape(count)) * tf.cast(tf.maximum(count - 1, 1), tf.float32), tf.int64)
+    swapped = cuttable & (tf.random.uniform(tf.shape(count)) < 0.5)
+    first = tf.not_equal(tf.ragged.range(count) < cut[:, None], swapped[:, None])  # the segment put first
+    cls, sep = (_one_word(token, words.nrows()) for token in (CLS_ID, SEP_ID))
+    ordered = tf.concat([cls, tf.ragged.boolean_mask(words, first), sep,
+                         tf.ragged.boolean_mask(words, tf.logical_not(first))], axis=1)
+    return ordered, tf.cast(swapped, tf.int32), tf.cast(cuttable, tf.float32)
+
+
+def _one_word(token_id, rows):
+    ones = tf.ones([rows], tf.int64)
+    return tf.RaggedTensor.from_row_lengths(
+        tf.RaggedTensor.from_row_lengths(tf.fill([rows], tf.constant(token_id, tf.int32)), ones), ones)
+
+
 def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config):
     """Masks a batch of `Tokenizer.word_ids` output.
 
     Returns:
         `({"token_ids": (batch, max_length), "masked_positions": (batch, P)},
         targets (batch, P), weights (batch, P))`, P = `max_predictions`.
+        With `sentence_order`, the segments are swapped first
+        (`swap_segments`), and targets and weights are dicts: `masked_lm` as
+        above and `sentence_order` (batch,), 1 where swapped.
     """
+    if pretrain_config.sentence_order:
+        word_ids, swapped, order_weights = swap_segments(word_ids, max_length)
     ids = word_ids if pretrain_config.whole_word_masking else word_ids.merge_dims(1, 2)
     selector = BertItemSelector(pretrain_config.mask_rate, pretrain_config.max_predictions,
                                 unselectable_ids=[PAD_ID, CLS_ID, SEP_ID])
@@ -73,7 +113,11 @@ def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config):
         "masked_positions": tf.cast(positions.to_tensor(shape=slots), tf.int32),
     }
     weights = tf.ones_like(targets, tf.float32).to_tensor(shape=slots)
-    return features, tf.cast(targets.to_tensor(shape=slots), tf.int32), weights
+    targets = tf.cast(targets.to_tensor(shape=slots), tf.int32)
+    if pretrain_config.sentence_order:
+        return (features, {"masked_lm": targets, "sentence_order": swapped},
+                {"masked_lm": weights, "sentence_order": order_weights})
+    return features, targets, weights
 
 
 def masked_lm_dataset(texts, tokenizer, global_batch_size, pretrain_config, seed, epoch=0,

@@ -34,15 +34,18 @@ def build_model(config):
     return keras.Model(token_ids, probabilities, name="albert_classifier")
 
 
-def build_pretraining_model(config, max_predictions):
+def build_pretraining_model(config, max_predictions, sentence_order=False):
     """The same embeddings and encoder under a masked-language-model head.
 
     Inputs: `token_ids` int32 `(batch, max_length)` and `masked_positions`
     int32 `(batch, max_predictions)`. Output: float32 probabilities
     `(batch, max_predictions, vocabulary_size)`, through an output projection
-    tied to the embedding. The layers `embedding`, `embedding_norm` and
-    `encoder` carry the names `build_model` gives them, so a classifier can
-    start from them (`pipeline.pretrain.initialize_from`).
+    tied to the embedding. With `sentence_order`, the output is a dict of
+    those (`masked_lm`) and `sentence_order` `(batch, 2)` probabilities from
+    the top layer's [CLS] vector (ALBERT's sentence-order prediction). The
+    layers `embedding`, `embedding_norm` and `encoder` carry the names
+    `build_model` gives them, so a classifier can start from them
+    (`pipeline.pretrain.initialize_from`).
     """
     _check_sizes(config, ("vocabulary_size", "max_length"))
     token_ids = keras.Input((config.max_length,), dtype="int32", name="token_ids")
@@ -57,6 +60,13 @@ def build_pretraining_model(config, max_predictions):
         initializer_range=config.initializer_range,
         name="masked_lm",
     )(last_layer, positions)
+    if sentence_order:
+        initializer = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+        pooled = keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=initializer,
+                                    name="sentence_order_pooler")(last_layer[:, 0])  # [CLS]
+        logits = keras.layers.Dense(2, kernel_initializer=initializer, name="sentence_order_logits")(pooled)
+        order = keras.layers.Softmax(dtype="float32", name="sentence_order")(logits)
+        probabilities = {"masked_lm": probabilities, "sentence_order": order}
     return keras.Model({"token_ids": token_ids, "masked_positions": positions}, probabilities,
                        name="albert_pretraining")
 
@@ -74,6 +84,7 @@ def _encode(config, token_ids):
         config.embedding_size,
         config.hidden_size,
         initializer_range=config.initializer_range,
+        unit_scale=config.embedding_unit_scale,
         name="embedding",
     )
     x = embedding(token_ids)  # (batch, length, hidden)

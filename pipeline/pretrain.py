@@ -37,7 +37,7 @@ METRICS_FILE = "pretrain_metrics.json"
 SHARED_LAYERS = ("embedding", "embedding_norm", "encoder")
 # Model fields that must match for those weights to fit.
 SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads", "intermediate_size",
-                "num_groups", "norm_first", "hidden_activation", "num_layers")
+                "num_groups", "norm_first", "hidden_activation", "num_layers", "embedding_unit_scale")
 
 
 def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, strategy=None):
@@ -56,7 +56,8 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
           f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}")
     steps = len(texts) // config.train.batch_size * config.train.epochs
     with strategy.scope():
-        model = build_pretraining_model(config.model, config.pretrain.max_predictions)
+        model = build_pretraining_model(config.model, config.pretrain.max_predictions,
+                                        config.pretrain.sentence_order)
         trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir)
     make_dataset = functools.partial(masked_lm_dataset, texts, tokenizer, config.train.batch_size,
                                      config.pretrain, config.train.seed)
@@ -67,22 +68,38 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         json.dump(report, f, indent=2)
     print(f"masked-token accuracy {report['masked_accuracy']:.4f} (always the most frequent "
           f"token: {report['most_frequent_token_accuracy']:.4f}) on {report['predictions']} predictions")
+    if "sentence_order_accuracy" in report:
+        print(f"sentence-order accuracy {report['sentence_order_accuracy']:.4f} on "
+              f"{report['sentence_order_examples']} documents (chance: 0.5)")
     finish_run(model_dir, strategy)
     return report
 
 
 def evaluate_masked_lm(model, dataset):
-    """Masked-token accuracy against always predicting the most frequent target."""
-    correct, targets_seen = 0, []
+    """Masked-token accuracy against always predicting the most frequent target.
+
+    With a sentence-order head, its accuracy too (chance is 0.5).
+    """
+    correct, targets_seen, order_correct, order_seen = 0, [], 0, 0
     for features, targets, weights in dataset:
-        predicted = np.argmax(model(features, training=False), axis=-1)
+        probabilities = model(features, training=False)
+        if isinstance(probabilities, dict):
+            real = weights["sentence_order"].numpy() > 0
+            predicted = np.argmax(probabilities["sentence_order"], axis=-1)
+            order_correct += int((predicted == targets["sentence_order"].numpy())[real].sum())
+            order_seen += int(real.sum())
+            probabilities, targets, weights = (value["masked_lm"] for value in (probabilities, targets, weights))
+        predicted = np.argmax(probabilities, axis=-1)
         real = weights.numpy() > 0
         correct += int((predicted == targets.numpy())[real].sum())
         targets_seen.append(targets.numpy()[real])
     targets_seen = np.concatenate(targets_seen)
     most_frequent = np.bincount(targets_seen).max()
-    return {"predictions": int(len(targets_seen)), "masked_accuracy": correct / len(targets_seen),
-            "most_frequent_token_accuracy": float(most_frequent / len(targets_seen))}
+    report = {"predictions": int(len(targets_seen)), "masked_accuracy": correct / len(targets_seen),
+              "most_frequent_token_accuracy": float(most_frequent / len(targets_seen))}
+    if order_seen:
+        report.update(sentence_order_accuracy=order_correct / order_seen, sentence_order_examples=order_seen)
+    return report
 
 
 def initialize_from(model, pretrain_dir, model_config, vocabulary):
@@ -103,7 +120,8 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
     latest = tf.train.latest_checkpoint(os.path.join(pretrain_dir, CHECKPOINT_DIR))
     if latest is None:
         raise ValueError(f"--init-from {pretrain_dir}: no checkpoint to start from")
-    pretrained_model = build_pretraining_model(pretrained_config, pretrained.pretrain.max_predictions)
+    pretrained_model = build_pretraining_model(pretrained_config, pretrained.pretrain.max_predictions,
+                                               pretrained.pretrain.sentence_order)
     run_dir.restore_variables(pretrained_model, latest)
     for name in SHARED_LAYERS:
         model.get_layer(name).set_weights(pretrained_model.get_layer(name).get_weights())
@@ -136,6 +154,8 @@ def main(argv=None):
     parser.add_argument("--max-length", type=int)
     parser.add_argument("--max-predictions", type=int, help="predicted positions per sequence (default 20)")
     parser.add_argument("--whole-word-masking", action="store_true", help="mask all pieces of a word together")
+    parser.add_argument("--sentence-order", action="store_true",
+                        help="also predict whether a document's two halves were swapped (ALBERT's SOP)")
     args = parser.parse_args(argv)
     values = {"data": {}, "train": {}, "model": {}, "pretrain": {}}
     for flag, section, field in [("text_column", "data", "text_column"), ("epochs", "train", "epochs"),
@@ -143,8 +163,9 @@ def main(argv=None):
                                  ("max_predictions", "pretrain", "max_predictions")]:
         if getattr(args, flag) is not None:
             values[section][field] = getattr(args, flag)
-    if args.whole_word_masking:
-        values["pretrain"]["whole_word_masking"] = True
+    for flag in ("whole_word_masking", "sentence_order"):
+        if getattr(args, flag):
+            values["pretrain"][flag] = True
     try:
         config = override(Config.load(args.config) if args.config else Config(), values, "command line")
         pretrain(config, args.model_dir, args.text, args.vocabulary_from, args.tpu)

@@ -56,6 +56,17 @@ def build_optimizer(train_config, total_steps):
     return optimizer
 
 
+def _per_example_loss(labels, probabilities, weights=None):
+    # Cross-entropy per example; weighted, and averaged over an example's
+    # real predictions where there are several (masked-LM slots).
+    loss = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+    if weights is None:
+        return loss
+    if loss.shape.rank == 1:
+        return loss * weights
+    return tf.reduce_sum(loss * weights, axis=-1) / tf.maximum(tf.reduce_sum(weights, axis=-1), 1.0)
+
+
 class Trainer:
     """Trains a `build_model` classifier under a strategy; create it in `strategy.scope()`.
 
@@ -96,15 +107,20 @@ class Trainer:
 
     def _train_step(self, batch):
         # Classification: (ids, labels). Masked-LM: (features, ids, weights)
-        # with labels and weights (batch, predictions); weight 0 pads.
+        # with labels and weights (batch, predictions); weight 0 pads. With
+        # several outputs (masked-LM + sentence order), dicts of those by
+        # output name; the losses add up, the accuracy is the first output's.
         features, labels, *weights = batch
         weights = weights[0] if weights else None
         with tf.GradientTape() as tape:
             probabilities = self.model(features, training=True)
-            per_example = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
-            if weights is not None:  # mean over the real predictions of each example
-                per_example = tf.reduce_sum(per_example * weights, axis=-1) / tf.maximum(
-                    tf.reduce_sum(weights, axis=-1), 1.0)
+            if isinstance(probabilities, dict):
+                per_example = tf.add_n([_per_example_loss(labels[name], probabilities[name], weights[name])
+                                        for name in probabilities])
+                name = next(iter(probabilities))
+                probabilities, labels, weights = probabilities[name], labels[name], weights[name]
+            else:
+                per_example = _per_example_loss(labels, probabilities, weights)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.config.batch_size)
         variables = self.model.trainable_variables
         gradients = tape.gradient(loss, variables)

@@ -1,5 +1,6 @@
 import dataclasses
 import os
+import random
 
 import numpy as np
 import pytest
@@ -7,11 +8,11 @@ import tensorflow as tf
 
 from pipeline.config import Config, PretrainConfig
 from pipeline.demo_corpus import generate, write_demo_corpus
-from pipeline.masking import mask_tokens
+from pipeline.masking import mask_tokens, swap_segments
 from pipeline.model import build_model, build_pretraining_model
 from pipeline.model_dir import restore_variables
 from pipeline.pretrain import initialize_from, pretrain
-from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, Tokenizer
+from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
 from pipeline.train import train_and_evaluate
 from pipeline.trainer import CHECKPOINT_DIR
 
@@ -119,3 +120,46 @@ def test_mismatches_are_clear_errors(pretrained):
     same = dataclasses.replace(config, num_classes=2)
     with pytest.raises(ValueError, match="its vocabulary differs"):
         initialize_from(build_model(same), run, same, other)
+
+
+def test_sentence_order_cuts_documents_into_two_halves_and_swaps_half_of_them():
+    texts = [text for text, _ in generate(3000, seed=4)] + ["alone", ""]
+    tokenizer = Tokenizer.learn(texts, kind="wordpiece", vocabulary_size=300, min_count=1, max_length=12)
+    tf.random.set_seed(3)
+    ordered, swapped, weights = swap_segments(tokenizer.word_ids(tf.constant(texts)), 12)
+    original = tokenizer(tf.constant(texts)).numpy()
+    swapped, weights = swapped.numpy(), weights.numpy()
+    for row, ids in enumerate(ordered.merge_dims(1, 2).to_list()):
+        assert len(ids) <= 12 and ids[0] == CLS_ID and ids.count(SEP_ID) == 1
+        cut = ids.index(SEP_ID)
+        first, second = ids[1:cut], ids[cut + 1:]
+        halves = second + first if swapped[row] else first + second
+        text = [i for i in original[row, 1:] if i != PAD_ID]
+        assert halves == text[:len(halves)] and len(halves) >= len(text) - 3  # the last word may make room
+        if weights[row]:
+            assert first and second
+    assert weights[-2:].tolist() == [0.0, 0.0] and swapped[-2:].tolist() == [0, 0]  # nothing to cut
+    assert abs(swapped[weights > 0].mean() - 0.5) < 0.03
+
+
+def test_sentence_order_prediction_learns_and_the_classifier_starts_from_it(tmp_path):
+    # Documents open with "alpha" and close with "omega": the order of two
+    # halves shows in which word follows [CLS].
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+    docs = ["alpha " + " ".join(rng.choices(words, k=rng.randint(4, 12))) + " omega" for _ in range(1600)]
+    (tmp_path / "docs.txt").write_text("\n".join(docs) + "\n", encoding="utf-8")
+    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 5, "learning_rate": 1e-2},
+                               "pretrain": {**TINY["pretrain"], "sentence_order": True}})
+    run = str(tmp_path / "run")
+    report = pretrain(config, run, str(tmp_path / "docs.txt"))
+    assert report["sentence_order_examples"] == 1600
+    assert report["sentence_order_accuracy"] > 0.9, report
+    assert report["masked_accuracy"] > report["most_frequent_token_accuracy"] + 0.05, report
+    saved = Config.load(os.path.join(run, "config.json"))
+    classifier = build_model(dataclasses.replace(saved.model, num_classes=2))
+    initialize_from(classifier, run, saved.model, Tokenizer.load(run).vocabulary)
+    reference = build_pretraining_model(saved.model, saved.pretrain.max_predictions, sentence_order=True)
+    restore_variables(reference, tf.train.latest_checkpoint(os.path.join(run, CHECKPOINT_DIR)))
+    for ours, theirs in zip(classifier.get_layer("encoder").get_weights(), reference.get_layer("encoder").get_weights()):
+        np.testing.assert_array_equal(ours, theirs)
