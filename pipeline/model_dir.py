@@ -9,6 +9,7 @@
     MODEL_DIR/logs/              TensorBoard
     MODEL_DIR/metrics.json       final evaluation
     MODEL_DIR/export/<version>/  serving SavedModel
+    MODEL_DIR/workers/<task>/    the other workers' files during a multi-worker run
 """
 
 import os
