@@ -149,12 +149,16 @@ class Config:
         return override(cls(), values, source)
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path, missing=None):
+        """Reads a JSON config; `missing` (nested like it) fills fields it lacks."""
         with open(path, encoding="utf-8") as f:
             try:
                 values = json.load(f)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path}: not valid JSON: {error}") from None
+        for section, fields in (missing or {}).items():
+            for field, value in fields.items():
+                values.setdefault(section, {}).setdefault(field, value)
         return cls.from_dict(values, source=str(path))
 
 

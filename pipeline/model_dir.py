@@ -23,6 +23,15 @@ from pipeline.tokenizer import Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, CHECKPOINT_DIR, model_variables
 
 CONFIG_FILE = "config.json"
+# Fields added after runs were saved without them, with the value those runs
+# had (not today's default): a saved config holds every field, so a missing
+# one means a run older than the field.
+FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False}}
+
+
+def load_config(model_dir):
+    """The config a run saved."""
+    return Config.load(os.path.join(model_dir, CONFIG_FILE), missing=FIELDS_OF_OLDER_RUNS)
 
 
 def check_or_save_config(model_dir, config):
@@ -33,7 +42,7 @@ def check_or_save_config(model_dir, config):
     """
     path = os.path.join(model_dir, CONFIG_FILE)
     if os.path.exists(path):
-        saved = Config.load(path).to_dict()
+        saved = load_config(model_dir).to_dict()
         current = config.to_dict()
         changed = [f"{section}.{key}: {saved[section][key]!r} -> {value!r}"
                    for section, values in current.items()
@@ -59,7 +68,7 @@ def load_run(model_dir):
     path = os.path.join(model_dir, CONFIG_FILE)
     if not os.path.exists(path):
         raise ValueError(f"{model_dir}: no {CONFIG_FILE}; not a pipeline.train model directory")
-    return Config.load(path), Tokenizer.load(model_dir), load_label_names(model_dir)
+    return load_config(model_dir), Tokenizer.load(model_dir), load_label_names(model_dir)
 
 
 def restore_variables(model, checkpoint_path):

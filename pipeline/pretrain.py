@@ -111,7 +111,7 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
     if list(Tokenizer.load(pretrain_dir).vocabulary) != list(vocabulary):
         raise ValueError(f"--init-from {pretrain_dir}: its vocabulary differs from this run's "
                          "(a run directory keeps the vocabulary it started with; use a new --model-dir)")
-    pretrained = Config.load(os.path.join(pretrain_dir, run_dir.CONFIG_FILE))
+    pretrained = run_dir.load_config(pretrain_dir)
     pretrained_config = pretrained.model
     mismatched = [f"{field}: pre-trained {getattr(pretrained_config, field)!r}, here {getattr(model_config, field)!r}"
                   for field in SHAPE_FIELDS if getattr(pretrained_config, field) != getattr(model_config, field)]

@@ -204,3 +204,17 @@ def test_tpu_flag_without_a_tpu_fails_clearly(tmp_path):
     assert result.returncode != 0
     assert "error: --tpu local: no TPU could be reached" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_run_saved_before_embedding_unit_scale_keeps_its_old_scale(tmp_path, corpus):
+    model_dir = str(tmp_path / "old")
+    train_and_evaluate(_config(epochs=1), model_dir, *corpus, export=False)
+    path = os.path.join(model_dir, "config.json")
+    saved = json.load(open(path))
+    assert saved["model"].pop("embedding_unit_scale") is True
+    json.dump(saved, open(path, "w"))  # as a run from before the field existed
+    config, _, _ = load_run(model_dir)
+    assert config.model.embedding_unit_scale is False
+    assert restore_model(model_dir)[0].get_layer("embedding").unit_scale is False
+    with pytest.raises(ValueError, match=r"model.embedding_unit_scale: False -> True"):
+        train_and_evaluate(_config(epochs=2), model_dir, *corpus, export=False)
