@@ -2,7 +2,6 @@ import glob
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -10,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from process_helper import free_port
 
 from pipeline.config import Config
 from pipeline.demo_corpus import write_demo_corpus
@@ -86,14 +86,8 @@ def _config_file(tmp_path):
     return path
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_chief_and_two_workers_share_the_trials(tmp_path, corpus):
-    directory, port = str(tmp_path / "distributed"), str(_free_port())
+    directory, port = str(tmp_path / "distributed"), str(free_port())
     command = _command(directory, corpus, _config_file(tmp_path), max_trials=4)
     processes = {}
     for tuner_id in ("chief", "tuner0", "tuner1"):

@@ -3,7 +3,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from process_helper import free_port
 
 from pipeline.config import Config
 from pipeline.dataset import Split, load_split, tokenize, train_dataset
@@ -136,15 +136,9 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus):
     assert os.path.isdir(os.path.join(killed_dir, "export", "1"))
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_workers(model_dir, corpus, config_path):
     """Two `pipeline.train` processes of one MultiWorkerMirroredStrategy cluster on 127.0.0.1."""
-    cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
+    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
     return [subprocess.Popen(
         _train_command(model_dir, corpus, config_path), cwd=ROOT, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,
