@@ -131,12 +131,10 @@ def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None)
     # cluster's other workers learn the same one the chief does (the same data
     # and settings) unless the chief's is there already.
     if run_dir.has_vocabulary(model_dir):
-        names, tokenizer = load_label_names(model_dir), Tokenizer.load(model_dir)
-    else:
-        reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
-        names, tokenizer = learn_vocabulary(train_examples, config.data, config.model.max_length, reuse)
-    if output != model_dir or not run_dir.has_vocabulary(model_dir):
-        run_dir.save_vocabulary(output, tokenizer, names)
+        return load_label_names(model_dir), Tokenizer.load(model_dir)
+    reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
+    names, tokenizer = learn_vocabulary(train_examples, config.data, config.model.max_length, reuse)
+    run_dir.save_vocabulary(output, tokenizer, names)
     return names, tokenizer
 
 
