@@ -3,10 +3,10 @@
 Of the tokens of each sequence ([CLS], [SEP] and padding excluded), 15% are
 chosen (rounded per sequence, at least one, as BERT's data script does); of
 those 80% become [MASK], 10% a random token and 10% stay as they were (the
-rates are settable). Optionally, ALBERT's sentence-order task too. With whole-word masking, all pieces of a
-chosen word are chosen together. Every sequence has exactly
-`max_predictions` prediction slots, weight 0 where unused, so shapes are
-static on TPUs.
+rates are settable). With whole-word masking, all pieces of a chosen word are
+chosen together. Every sequence has exactly `max_predictions` prediction
+slots, weight 0 where unused, so shapes are static on TPUs. Optionally,
+ALBERT's sentence-order task too (`swap_segments`).
 """
 
 import tensorflow as tf
@@ -14,7 +14,7 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops import item_selector_ops
 
 
-from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID
+from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, first_words, one_word
 
 
 class BertItemSelector(item_selector_ops.ItemSelector):
@@ -63,26 +63,17 @@ def swap_segments(word_ids, max_length):
     Returns:
         `(word_ids, swapped int32 (batch,), weights float32 (batch,))`.
     """
-    words = word_ids[:, 1:]  # without [CLS]
-    ends = tf.cumsum(words.row_lengths(axis=2).to_tensor(), axis=1)  # pieces so far
-    fits = tf.RaggedTensor.from_tensor(ends <= max_length - 2, lengths=words.row_lengths())
-    words = tf.ragged.boolean_mask(words, fits)
+    words = first_words(word_ids[:, 1:], max_length - 2)  # without [CLS], room for it and [SEP]
     count = words.row_lengths()
     cuttable = count >= 2
     # The cut: 1 .. count - 1 words before it.
     cut = 1 + tf.cast(tf.random.uniform(tf.shape(count)) * tf.cast(tf.maximum(count - 1, 1), tf.float32), tf.int64)
     swapped = cuttable & (tf.random.uniform(tf.shape(count)) < 0.5)
     first = tf.not_equal(tf.ragged.range(count) < cut[:, None], swapped[:, None])  # the segment put first
-    cls, sep = (_one_word(token, words.nrows()) for token in (CLS_ID, SEP_ID))
+    cls, sep = (one_word(token, words.nrows()) for token in (CLS_ID, SEP_ID))
     ordered = tf.concat([cls, tf.ragged.boolean_mask(words, first), sep,
                          tf.ragged.boolean_mask(words, tf.logical_not(first))], axis=1)
     return ordered, tf.cast(swapped, tf.int32), tf.cast(cuttable, tf.float32)
-
-
-def _one_word(token_id, rows):
-    ones = tf.ones([rows], tf.int64)
-    return tf.RaggedTensor.from_row_lengths(
-        tf.RaggedTensor.from_row_lengths(tf.fill([rows], tf.constant(token_id, tf.int32)), ones), ones)
 
 
 def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config):

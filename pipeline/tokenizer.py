@@ -27,6 +27,22 @@ LONGEST = 512  # the cap of a max_length derived from the data
 SETTINGS_FILE = "tokenizer.json"
 
 
+def one_word(token_id, rows):
+    """`token_id` as a one-piece word in each of `rows` rows: `(rows, (1), (1))` int32."""
+    ones = tf.ones([rows], tf.int64)
+    return tf.RaggedTensor.from_row_lengths(
+        tf.RaggedTensor.from_row_lengths(tf.fill([rows], tf.constant(token_id, tf.int32)), ones), ones)
+
+
+def first_words(word_ids, pieces):
+    """The leading whole words of each row of `(batch, (words), (pieces))` ids
+    that fit in `pieces` pieces."""
+    lengths = word_ids.row_lengths(axis=2)  # pieces per word, (batch, (words))
+    ends = tf.cumsum(lengths.to_tensor(), axis=1)
+    fits = tf.RaggedTensor.from_tensor(ends <= pieces, lengths=lengths.row_lengths())
+    return tf.ragged.boolean_mask(word_ids, fits)
+
+
 class Tokenizer(tf.Module):
     """Maps a batch of strings to int32 ids `(batch, max_length)`.
 
@@ -96,14 +112,8 @@ class Tokenizer(tf.Module):
             ids = self._wordpiece.tokenize(words)
         else:
             ids = tf.expand_dims(tf.ragged.map_flat_values(self._table.lookup, words), axis=2)
-        pieces = ids.row_lengths(axis=2)  # (batch, (words))
-        ends = tf.cumsum(pieces.to_tensor(), axis=1)
-        fits = tf.RaggedTensor.from_tensor(ends <= self.max_length - 1, lengths=pieces.row_lengths())
-        ids = tf.ragged.boolean_mask(ids, fits)
-        ones = tf.ones([ids.nrows()], tf.int64)
-        cls = tf.RaggedTensor.from_row_lengths(
-            tf.RaggedTensor.from_row_lengths(tf.fill([ids.nrows()], tf.constant(CLS_ID, tf.int32)), ones), ones)
-        return tf.concat([cls, ids], axis=1)
+        ids = first_words(ids, self.max_length - 1)  # room for [CLS]
+        return tf.concat([one_word(CLS_ID, ids.nrows()), ids], axis=1)
 
     def tokens(self, ids):
         """The vocabulary entries of `ids`, padding included."""
