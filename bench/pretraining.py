@@ -54,8 +54,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", default=os.path.join("bench", "cache"))
     parser.add_argument("--scratch-epochs", type=int, help="epochs from scratch (default: the config's)")
-    parser.add_argument("--pretrain-epochs", type=int, default=2)
-    parser.add_argument("--finetune-epochs", type=int, default=1)
+    parser.add_argument("--pretrain-epochs", type=int, default=2, help="masked-LM epochs (default 2)")
+    parser.add_argument("--finetune-epochs", type=int, default=1,
+                        help="classification epochs after pre-training (default 1)")
     parser.add_argument("--out", default=os.path.join("bench", "results", "pretraining.json"))
     args = parser.parse_args()
     train_path, test_path = fetch_corpus(args.cache)
