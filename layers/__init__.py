@@ -2,6 +2,7 @@
 
 from layers.classification_head import ClassificationHead
 from layers.factorized_embedding import FactorizedEmbedding
+from layers.layer_normalization import LayerNormalization
 from layers.masked_lm_head import MaskedLMHead
 from layers.shared_encoder import SharedEncoder
 from layers.timing_signal import TimingSignal1D, get_timing_signal_1d
@@ -10,6 +11,7 @@ from layers.transformer_block import TransformerBlock
 __all__ = [
     "ClassificationHead",
     "FactorizedEmbedding",
+    "LayerNormalization",
     "MaskedLMHead",
     "SharedEncoder",
     "TimingSignal1D",

@@ -13,7 +13,9 @@ class ClassificationHead(keras.layers.Layer):
     The source design averages the N layer outputs, flattens the resulting
     `(length, hidden)` matrix into one vector and applies a linear layer and a
     softmax. Padding positions are zeroed first, so what the padding holds
-    never reaches the logits. Flattening ties the model to one `max_length`;
+    never reaches the logits. Flattening ties the model to one `max_length`:
+    shorter inputs are padded back to it with zeros (what padding positions
+    hold anyway), so a batch cut to its longest text gives the same logits;
     `pooling="mean"` (mean over non-padding positions) and `pooling="first"`
     (the first token, `[CLS]`) are independent of the length.
 
@@ -21,6 +23,8 @@ class ClassificationHead(keras.layers.Layer):
         num_classes: int, number of output classes.
         pooling: one of `"flatten"`, `"mean"`, `"first"`.
         dropout_rate: float, dropout on the pooled vector.
+        max_length: int, the length `pooling="flatten"` flattens; None takes
+            the static length of the first input.
         initializer_range: float, stddev of the truncated-normal initializer.
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
 
@@ -46,6 +50,7 @@ class ClassificationHead(keras.layers.Layer):
         pooling="flatten",
         dropout_rate=0.0,
         initializer_range=0.02,
+        max_length=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -55,16 +60,19 @@ class ClassificationHead(keras.layers.Layer):
         self.pooling = pooling
         self.dropout_rate = float(dropout_rate)
         self.initializer_range = float(initializer_range)
+        self.max_length = None if max_length is None else int(max_length)
         # The mask is consumed here; the output carries none.
         self.supports_masking = True
 
     def build(self, input_shape):
         _, _, length, hidden = input_shape
+        length = self.max_length or length
         if self.pooling == "flatten" and length is None:
             raise ValueError(
-                "pooling='flatten' needs a static sequence length; use "
-                "pooling='mean' or 'first' for variable lengths"
+                "pooling='flatten' needs max_length or a static sequence "
+                "length; use pooling='mean' or 'first' for variable lengths"
             )
+        self.flat_length = length
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
         self.logits = keras.layers.Dense(
             self.num_classes,
@@ -85,7 +93,9 @@ class ClassificationHead(keras.layers.Layer):
             weights = ops.cast(mask, x.dtype)[:, :, None]  # (batch, length, 1)
             x = x * weights
         if self.pooling == "flatten":
-            x = ops.reshape(x, (-1, x.shape[1] * x.shape[2]))  # (batch, L * H)
+            if x.shape[1] != self.flat_length:  # zeros, as at masked padding
+                x = ops.pad(x, [[0, 0], [0, self.flat_length - ops.shape(x)[1]], [0, 0]])
+            x = ops.reshape(x, (-1, self.flat_length * x.shape[2]))  # (batch, L * H)
         elif self.pooling == "mean":
             if mask is None:
                 x = ops.mean(x, axis=1)
@@ -111,6 +121,7 @@ class ClassificationHead(keras.layers.Layer):
                 "pooling": self.pooling,
                 "dropout_rate": self.dropout_rate,
                 "initializer_range": self.initializer_range,
+                "max_length": self.max_length,
             }
         )
         return config

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from layers.layer_normalization import LayerNormalization
 from layers.transformer_block import TransformerBlock
 
 
@@ -108,7 +109,7 @@ class SharedEncoder(keras.layers.Layer):
             self.blocks.append(block)
         self.final_norm = None
         if self.norm_first:
-            self.final_norm = keras.layers.LayerNormalization(
+            self.final_norm = LayerNormalization(
                 epsilon=self.layer_norm_epsilon,
                 dtype=self.dtype_policy,
                 name="final_norm",

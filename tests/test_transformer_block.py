@@ -26,3 +26,30 @@ def test_attention_is_bidirectional_and_sums_to_one():
     np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
     # No causal mask: the first query attends to the last key.
     assert (scores[:, :, 0, -1] > 0).all()
+
+
+def test_attention_equals_keras_multi_head_attention():
+    # The block computes attention itself with the weights of its Keras
+    # MultiHeadAttention sublayer; outputs, weights and gradients must match
+    # that layer's own computation, with and without padding.
+    import tensorflow as tf
+
+    block = TransformerBlock(num_heads=2, intermediate_size=16)
+    x = tf.constant(_inputs())
+    block(x)
+    keys = np.array([[True] * 5, [True, True, True, False, False]])
+    for key_mask in (None, keys[:, None, :], np.broadcast_to(keys[:, None, :], (2, 5, 5))):
+        full_mask = None if key_mask is None else np.broadcast_to(key_mask, (2, 5, 5))
+        results = []
+        for attend in (
+            lambda: block._attend(x, key_mask, return_attention_scores=True),
+            lambda: block.attention(x, x, attention_mask=full_mask, return_attention_scores=True),
+        ):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                output, scores = attend()
+                loss = tf.reduce_sum(tf.sin(output))
+            gradients = tape.gradient(loss, [x] + block.attention.trainable_variables)
+            results.append([output, scores] + gradients)
+        for ours, keras_value in zip(*results):
+            np.testing.assert_allclose(ours, keras_value, rtol=1e-5, atol=1e-6)
