@@ -3,11 +3,13 @@
 Corpora are read and validated on the host once (see `readers`), tokenized
 once with tensorflow-text ops in parallel batches, and kept as int32 arrays:
 every epoch after that only shuffles and slices, so the input never bounds
-training. Training batches drop the remainder (static shapes); evaluation
+training. Training batches drop the remainder (a static batch dimension) and,
+off TPUs, group texts of similar length and cut the common padding; evaluation
 pads the last batch with zero-weight examples so every example counts once.
 """
 
 import dataclasses
+import functools
 
 import numpy as np
 import tensorflow as tf
@@ -17,6 +19,8 @@ from pipeline.readers import Examples, read_examples
 from pipeline.tokenizer import LONGEST, Tokenizer
 
 TOKENIZE_BATCH = 1024
+# Length bucketing sorts windows of this many batches by length.
+LENGTH_WINDOW_BATCHES = 64
 
 
 @dataclasses.dataclass
@@ -84,22 +88,55 @@ def learn_tokenizer(texts, data_config, max_length):
 
 
 def train_dataset(split, global_batch_size, seed, epoch=0, skip_batches=0,
-                  input_context=None):
+                  input_context=None, length_bucket=0):
     """One epoch of shuffled `(ids, labels)` batches, `(batch, max_length)`.
 
     The shuffle order depends only on `(seed, epoch)`, so a resumed run skips
-    `skip_batches` and sees exactly the batches it would have seen.
+    `skip_batches` steps and sees exactly the batches it would have seen.
+    With `length_bucket`, each step's batch holds examples of similar length
+    and is cut to its longest one rounded up to a multiple of
+    `length_bucket`: the length dimension is then dynamic, which TPUs do not
+    allow. Batches are per replica under `input_context`.
     """
     batch_size, dataset = _per_pipeline(split.ids, split.labels, global_batch_size, input_context)
-    return (
-        dataset
-        # Whole-corpus buffer: the arrays are in memory already.
-        .shuffle(len(split), seed=seed * 1000 + epoch, reshuffle_each_iteration=False)
-        # Dropping the remainder makes every shape static, as TPUs need.
-        .batch(batch_size, drop_remainder=True)
-        .skip(skip_batches)
-        .prefetch(tf.data.AUTOTUNE)
-    )
+    # This host's share of one step: the batches of its replicas.
+    step_size = global_batch_size // (input_context.num_input_pipelines if input_context else 1)
+    # Whole-corpus buffer: the arrays are in memory already.
+    dataset = dataset.shuffle(len(split), seed=seed * 1000 + epoch, reshuffle_each_iteration=False)
+    if length_bucket:
+        # Sort windows of shuffled examples by length, so batches cut from
+        # them need little padding; any example can still meet any other.
+        dataset = dataset.batch(LENGTH_WINDOW_BATCHES * step_size).map(_sort_by_length).unbatch()
+    # Dropping the remainder keeps the batch dimension static, as TPUs need.
+    dataset = dataset.batch(step_size, drop_remainder=True)
+    if length_bucket:
+        # Short and long batches interleave instead of coming in sorted runs;
+        # a whole step is cut at once, so its replicas get the same length.
+        dataset = dataset.shuffle(LENGTH_WINDOW_BATCHES, seed=seed * 1000 + epoch,
+                                  reshuffle_each_iteration=False)
+        dataset = dataset.map(functools.partial(_cut_padding, length_bucket=length_bucket))
+    dataset = dataset.skip(skip_batches)
+    if batch_size != step_size:  # one batch per local replica, in turn
+        dataset = dataset.unbatch().batch(batch_size, drop_remainder=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _lengths(ids):
+    # Position after the last real token; padding (id 0) only trails.
+    positions = tf.range(1, tf.shape(ids)[1] + 1)
+    return tf.reduce_max(tf.where(ids != 0, positions, 0), axis=1)
+
+
+def _sort_by_length(ids, labels):
+    order = tf.argsort(_lengths(ids), stable=True)
+    return tf.gather(ids, order), tf.gather(labels, order)
+
+
+def _cut_padding(ids, labels, length_bucket):
+    # To the longest row, rounded up to a multiple of `length_bucket`.
+    longest = tf.reduce_max(_lengths(ids))
+    keep = tf.minimum(-(-longest // length_bucket) * length_bucket, tf.shape(ids)[1])
+    return ids[:, :keep], labels
 
 
 def eval_dataset(split, global_batch_size, input_context=None):

@@ -7,11 +7,12 @@ to expose every layer's output and attention maps for visualization.
 
 import keras
 
-from layers import ClassificationHead, FactorizedEmbedding, MaskedLMHead, SharedEncoder, TimingSignal1D
+from layers import (ClassificationHead, FactorizedEmbedding, LayerNormalization, MaskedLMHead, SharedEncoder,
+                    TimingSignal1D)
 
 
 def build_model(config):
-    """Builds the classifier from int32 ids `(batch, max_length)` to probabilities.
+    """Builds the classifier from int32 ids `(batch, length <= max_length)` to probabilities.
 
     Args:
         config: a `pipeline.config.ModelConfig` with `vocabulary_size` and
@@ -22,11 +23,14 @@ def build_model(config):
         float32 `(batch, num_classes)` probabilities.
     """
     _check_sizes(config, ("vocabulary_size", "num_classes", "max_length"))
-    token_ids = keras.Input((config.max_length,), dtype="int32", name="token_ids")
+    # Any length up to max_length: training batches are cut to their longest
+    # example (TrainConfig.length_bucket); the head pads back where it must.
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     _, layer_outputs, padding_mask = _encode(config, token_ids)
     probabilities = ClassificationHead(
         config.num_classes,
         pooling=config.pooling,
+        max_length=config.max_length,
         dropout_rate=config.dropout_rate,
         initializer_range=config.initializer_range,
         name="head",
@@ -90,7 +94,7 @@ def _encode(config, token_ids):
     x = embedding(token_ids)  # (batch, length, hidden)
     padding_mask = embedding.compute_mask(token_ids)  # (batch, length)
     x = TimingSignal1D(name="timing_signal")(x)
-    x = keras.layers.LayerNormalization(
+    x = LayerNormalization(
         epsilon=config.layer_norm_epsilon, name="embedding_norm"
     )(x)
     x = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")(x)

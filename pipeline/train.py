@@ -117,7 +117,10 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
         print(f"validation accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f}")
         return report[config.train.best_metric]
 
-    make_dataset = functools.partial(train_dataset, train, config.train.batch_size, config.train.seed)
+    # TPUs need static shapes: their batches keep max_length.
+    length_bucket = 0 if isinstance(strategy, tf.distribute.TPUStrategy) else config.train.length_bucket
+    make_dataset = functools.partial(train_dataset, train, config.train.batch_size, config.train.seed,
+                                     length_bucket=length_bucket)
     epoch_losses = trainer.fit(make_dataset, len(train), epochs, on_epoch_end)
     model.load_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
     report = _evaluate(trainer, evaluation, names)

@@ -29,6 +29,42 @@ def test_shuffle_is_seeded_and_resumable():
     assert first == again and first != other and resumed == first[3:]
 
 
+def _varied_lengths(count=640, max_length=64, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, max_length + 1, count)
+    ids = np.zeros((count, max_length), "int32")
+    for row, length in enumerate(lengths):
+        ids[row, :length] = rng.integers(1, 50, length)
+    return Split(ids, np.arange(count, dtype="int32"), [f"f:{i}" for i in range(count)], {}), lengths
+
+
+def test_length_buckets_cut_only_padding_and_keep_every_example():
+    split, lengths = _varied_lengths()
+    batches = list(train_dataset(split, 32, seed=3, length_bucket=16))
+    assert len(batches) == 640 // 32
+    seen = []
+    for ids, labels in batches:
+        ids, labels = ids.numpy(), labels.numpy()
+        longest = lengths[labels].max()
+        assert ids.shape == (32, min(-(-longest // 16) * 16, 64))  # the longest, rounded up
+        np.testing.assert_array_equal(ids, split.ids[labels, :ids.shape[1]])  # only padding cut
+        seen.extend(labels.tolist())
+    assert sorted(seen) == list(range(640))  # each example once (640 = 20 whole batches)
+    # Similar lengths share a batch: far fewer positions than max_length everywhere.
+    positions = sum(ids.shape[0] * ids.shape[1] for ids, _ in batches)
+    assert positions < 0.7 * 640 * 64, positions
+    assert len({ids.shape[1] for ids, _ in batches}) >= 3  # several lengths in one epoch
+
+
+def test_length_buckets_are_seeded_and_resumable():
+    split, _ = _varied_lengths()
+    def labels(**kwargs):
+        return [b[1].numpy().tolist() for b in train_dataset(split, 32, seed=7, length_bucket=16, **kwargs)]
+    first = labels(epoch=1)
+    assert first == labels(epoch=1) and first != labels(epoch=2)
+    assert labels(epoch=1, skip_batches=5) == first[5:]
+
+
 @pytest.mark.parametrize("count,batch", [(10, 4), (7, 7), (1, 8)])
 def test_evaluation_counts_every_example_once(count, batch):
     split = _split(count)
@@ -54,6 +90,28 @@ def test_distributed_batches_split_across_two_replicas():
     assert total == 10
     with pytest.raises(ValueError, match="does not divide evenly"):
         iter(distribute(strategy, train_dataset, _split(10), 3, seed=0))
+
+
+@pytest.mark.parametrize("length_bucket", [0, 16])
+def test_two_replicas_share_the_steps_of_one_device(length_bucket):
+    # Each step's global batch is the single-device batch, split between the
+    # replicas (with one length), and resuming skips whole steps.
+    split, _ = _varied_lengths()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    single = [(ids.numpy(), labels.numpy())
+              for ids, labels in train_dataset(split, 32, seed=5, length_bucket=length_bucket)]
+    for skip in (0, 3):
+        dataset = distribute(strategy, train_dataset, split, 32, seed=5, skip_batches=skip,
+                             length_bucket=length_bucket)
+        steps = 0
+        for (ids, labels), (expected_ids, expected_labels) in zip(dataset, single[skip:]):
+            parts = [p.numpy() for p in strategy.experimental_local_results(ids)]
+            assert [p.shape for p in parts] == [(16, expected_ids.shape[1])] * 2
+            np.testing.assert_array_equal(np.concatenate(parts), expected_ids)
+            labels = np.concatenate([p.numpy() for p in strategy.experimental_local_results(labels)])
+            np.testing.assert_array_equal(labels, expected_labels)
+            steps += 1
+        assert steps == len(single) - skip
 
 
 def test_demo_corpus_end_to_end(tmp_path):

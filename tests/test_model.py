@@ -2,6 +2,8 @@ import dataclasses
 
 import keras
 import numpy as np
+import pytest
+import tensorflow as tf
 
 from layers import FactorizedEmbedding, SharedEncoder
 from pipeline.config import ModelConfig
@@ -36,7 +38,7 @@ def test_parameter_count_at_albert_base():
 
 def test_model_maps_int32_ids_to_probabilities():
     model = build_model(SMALL)
-    assert model.input.dtype == "int32" and tuple(model.input.shape) == (None, 12)
+    assert model.input.dtype == "int32" and tuple(model.input.shape) == (None, None)
     ids = np.random.default_rng(0).integers(1, 24, size=(3, 12)).astype("int32")
     probabilities = np.asarray(model(ids))
     assert probabilities.shape == (3, 2)
@@ -50,6 +52,23 @@ def test_output_ignores_padding_and_other_rows():
     alone = np.asarray(model(row))
     batched = np.asarray(model(np.concatenate([others[:2], row, others[2:]])))
     np.testing.assert_allclose(batched[2:3], alone, atol=1e-6)
+
+
+@pytest.mark.parametrize("pooling", ["flatten", "mean", "first"])
+def test_batches_cut_to_their_longest_text_give_the_same_outputs_and_gradients(pooling):
+    # Training cuts the common padding of a batch (TrainConfig.length_bucket):
+    # the probabilities and every gradient must equal the full-length ones.
+    model = build_model(dataclasses.replace(SMALL, pooling=pooling, num_classes=3))
+    ids = np.zeros((3, 12), "int32")
+    ids[0, :4], ids[1, :7], ids[2, :2] = [2, 5, 7, 9], [3, 4, 5, 6, 7, 8, 9], [2, 11]
+    results = []
+    for batch in (ids, ids[:, :8]):
+        with tf.GradientTape() as tape:
+            probabilities = model(batch)
+            loss = -tf.reduce_sum(tf.math.log(probabilities[:, 1]))
+        results.append([probabilities] + tape.gradient(loss, model.trainable_variables))
+    for full, cut in zip(*results):
+        np.testing.assert_allclose(tf.convert_to_tensor(cut), tf.convert_to_tensor(full), rtol=1e-5, atol=1e-6)
 
 
 def test_internals_share_the_models_weights():
