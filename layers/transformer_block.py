@@ -31,7 +31,8 @@ class TransformerBlock(keras.layers.Layer):
     Call arguments:
         inputs: float tensor of shape `(batch, length, hidden_size)`.
         attention_mask: optional bool tensor `(batch, length, length)`, True
-            where a query may attend to a key.
+            where a query may attend to a key, or `(batch, 1, length)` for
+            the same keys at every query.
         training: bool, whether dropout is active.
         return_attention_scores: bool, also return the attention weights
             `(batch, num_heads, length, length)`.
