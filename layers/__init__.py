@@ -1,6 +1,7 @@
 """Keras layers of the ALBERT-style text classifier, one per module."""
 
 from layers.classification_head import ClassificationHead
+from layers.dropout import Dropout
 from layers.factorized_embedding import FactorizedEmbedding
 from layers.layer_normalization import LayerNormalization
 from layers.masked_lm_head import MaskedLMHead
@@ -10,6 +11,7 @@ from layers.transformer_block import TransformerBlock
 
 __all__ = [
     "ClassificationHead",
+    "Dropout",
     "FactorizedEmbedding",
     "LayerNormalization",
     "MaskedLMHead",

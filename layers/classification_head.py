@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from layers.dropout import Dropout
+
 POOLINGS = ("flatten", "mean", "first")
 
 
@@ -73,7 +75,7 @@ class ClassificationHead(keras.layers.Layer):
                 "length; use pooling='mean' or 'first' for variable lengths"
             )
         self.flat_length = length
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
         self.logits = keras.layers.Dense(
             self.num_classes,
             kernel_initializer=keras.initializers.TruncatedNormal(

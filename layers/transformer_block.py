@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from layers import fused_gradients
+from layers.dropout import Dropout
 from layers.layer_normalization import LayerNormalization
 
 
@@ -106,7 +107,7 @@ class TransformerBlock(keras.layers.Layer):
         )
         self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate_size,))
         self.output_norm = self._layer_norm("output_norm", input_shape)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def _layer_norm(self, name, input_shape):
         # Computed in float32 under mixed precision, as Keras's layer is.

@@ -7,7 +7,7 @@ to expose every layer's output and attention maps for visualization.
 
 import keras
 
-from layers import (ClassificationHead, FactorizedEmbedding, LayerNormalization, MaskedLMHead, SharedEncoder,
+from layers import (ClassificationHead, Dropout, FactorizedEmbedding, LayerNormalization, MaskedLMHead, SharedEncoder,
                     TimingSignal1D)
 
 
@@ -97,7 +97,7 @@ def _encode(config, token_ids):
     x = LayerNormalization(
         epsilon=config.layer_norm_epsilon, name="embedding_norm"
     )(x)
-    x = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")(x)
+    x = Dropout(config.dropout_rate, name="embedding_dropout")(x)
     encoder = SharedEncoder(
         num_layers=config.num_layers,
         num_heads=config.num_heads,
