@@ -9,6 +9,8 @@ On the tweet corpus of `bench/accuracy.py` (same cache, same 80/20 split):
 3. masked-language-model pre-training on the training texts (labels unused)
    with the same model config, then `--init-from` fine-tuning, with epochs
    chosen so that pre-training plus fine-tuning take about the time of (2).
+(2) and (3) are trained and scored as in `bench/accuracy.py`: best epoch on a
+validation slice of the training split, test texts through the export.
 Prints accuracy, macro-F1 and seconds of each, and writes them as JSON after
 every arm (a long run keeps what it finished).
 """
@@ -18,34 +20,22 @@ import os
 import shutil
 import time
 
-from accuracy import fetch_corpus, tfidf_logistic_regression
+from accuracy import fetch_corpus, tfidf_logistic_regression, this_project
 from common import write_results
-
-
-def from_scratch(train_path, test_path, directory, epochs):
-    from pipeline.config import Config, override
-    from pipeline.train import train_and_evaluate
-
-    config = override(Config(), {"train": {"epochs": epochs}}) if epochs else Config()
-    report = train_and_evaluate(config, directory, train_path, test_path, export=False)
-    return {"accuracy": report["accuracy"], "macro_f1": report["macro_f1"], "epochs": config.train.epochs}
 
 
 def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, finetune_epochs):
     from pipeline.config import Config, override
     from pipeline.pretrain import pretrain
-    from pipeline.train import train_and_evaluate
 
     start = time.perf_counter()
     pretrain_dir = os.path.join(directory, "pretrain")
     masked = pretrain(override(Config(), {"train": {"epochs": pretrain_epochs}}),
                       pretrain_dir, train_path)
     pretrain_seconds = time.perf_counter() - start
-    config = override(Config(), {"train": {"epochs": finetune_epochs}})
-    report = train_and_evaluate(config, os.path.join(directory, "finetune"), train_path, test_path,
-                                export=False, init_from=pretrain_dir)
-    return {"accuracy": report["accuracy"], "macro_f1": report["macro_f1"],
-            "pretrain_epochs": pretrain_epochs, "finetune_epochs": finetune_epochs,
+    result = this_project(train_path, test_path, os.path.join(directory, "finetune"), finetune_epochs,
+                          init_from=pretrain_dir)
+    return {**result, "pretrain_epochs": pretrain_epochs, "finetune_epochs": finetune_epochs,
             "pretrain_seconds": pretrain_seconds, "masked_accuracy": masked["masked_accuracy"],
             "most_frequent_token_accuracy": masked["most_frequent_token_accuracy"]}
 
@@ -65,7 +55,7 @@ def main():
     results = {}
     for name, run in [
         ("tfidf_logistic_regression", lambda: tfidf_logistic_regression(train_path, test_path)),
-        ("from_scratch", lambda: from_scratch(train_path, test_path, os.path.join(runs, "scratch"),
+        ("from_scratch", lambda: this_project(train_path, test_path, os.path.join(runs, "scratch"),
                                               args.scratch_epochs)),
         ("pretrain_then_finetune", lambda: pretrain_then_finetune(
             train_path, test_path, runs, args.pretrain_epochs, args.finetune_epochs)),
