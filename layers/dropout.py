@@ -30,6 +30,8 @@ def dropout(x, rate, seed):
     threshold = round(rate * _LEVELS)
     if threshold == 0:
         return x
+    if threshold >= _LEVELS:
+        raise ValueError(f"dropout rate must round below 1 in steps of 1/{_LEVELS}, got {rate}")
     size = tf.size(x)
     words = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32)
     draws = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]  # two 16-bit draws per word
@@ -50,11 +52,13 @@ class Dropout(keras.layers.Dropout):
     """`keras.layers.Dropout` drawing its mask with `dropout` above.
 
     Same arguments, config and (absence of) weights as Keras's layer; with a
-    `noise_shape`, Keras's own implementation runs.
+    `noise_shape`, or a rate that rounds to 1 (everything dropped), Keras's
+    own implementation runs.
     """
 
     def call(self, inputs, training=False):
-        if not training or self.rate == 0 or self.noise_shape is not None:
+        drops_all = round(self.rate * _LEVELS) >= _LEVELS
+        if not training or self.rate == 0 or drops_all or self.noise_shape is not None:
             return super().call(inputs, training=training)
         # Keras keeps seed state in int64; stateless ops want int32 (XLA).
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), tf.int32)

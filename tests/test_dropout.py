@@ -76,6 +76,14 @@ def test_layer_serializes_as_itself():
     assert restored.rate == 0.2 and restored.name == "drop"
 
 
+def test_rate_one_drops_everything_and_the_function_refuses_it():
+    # Keras accepts rate=1; 65536/65536 has no 16-bit threshold, so Keras runs.
+    y = Dropout(1.0, seed=2)(tf.ones((4, 8)), training=True).numpy()
+    np.testing.assert_array_equal(y, np.zeros((4, 8)))
+    with pytest.raises(ValueError, match="round below 1"):
+        dropout(tf.ones((4, 8)), 0.999999, SEED)
+
+
 def test_noise_shape_uses_keras_dropout():
     layer = Dropout(0.5, noise_shape=(None, 1), seed=1)
     y = layer(tf.ones((200, 8)), training=True).numpy()
