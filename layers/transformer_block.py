@@ -163,10 +163,12 @@ class TransformerBlock(keras.layers.Layer):
         head_size = hidden // self.num_heads
         flat = ops.reshape(x, (-1, hidden))  # (batch * length, hidden)
 
-        def project(dense, layout):
+        def affine(dense, inputs):  # (rows, hidden) through an EinsumDense's weights
             kernel = ops.cast(ops.reshape(dense.kernel, (hidden, hidden)), x.dtype)
-            y = ops.matmul(flat, kernel) + ops.cast(ops.reshape(dense.bias, (hidden,)), x.dtype)
-            y = ops.reshape(y, (-1, length, self.num_heads, head_size))
+            return ops.matmul(inputs, kernel) + ops.cast(ops.reshape(dense.bias, (hidden,)), x.dtype)
+
+        def project(dense, layout):
+            y = ops.reshape(affine(dense, flat), (-1, length, self.num_heads, head_size))
             return ops.transpose(y, layout)
 
         queries = project(self.attention.query_dense, (0, 2, 1, 3)) * ops.cast(head_size**-0.5, x.dtype)
@@ -179,10 +181,7 @@ class TransformerBlock(keras.layers.Layer):
         weights = ops.softmax(logits, axis=-1)
         mixed = ops.matmul(ops.cast(weights, x.dtype), values)  # (batch, heads, length, head_size)
         mixed = ops.reshape(ops.transpose(mixed, (0, 2, 1, 3)), (-1, hidden))
-        output_dense = self.attention.output_dense
-        kernel = ops.cast(ops.reshape(output_dense.kernel, (hidden, hidden)), x.dtype)
-        attended = ops.matmul(mixed, kernel) + ops.cast(output_dense.bias, x.dtype)
-        attended = ops.reshape(attended, (-1, length, hidden))
+        attended = ops.reshape(affine(self.attention.output_dense, mixed), (-1, length, hidden))
         if return_attention_scores:
             return attended, ops.cast(weights, x.dtype)
         return attended
