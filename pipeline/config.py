@@ -48,6 +48,10 @@ class ModelConfig:
     layer_norm_epsilon: float = 1e-12
     # Head pooling: "flatten" (source design), "mean" or "first" ([CLS]).
     pooling: str = "flatten"
+    # Hold the flatten head's kernel as a kernel all positions share plus a
+    # per-position one starting at zero: the same linear map, but it starts
+    # as mean pooling and learns from every token (see ClassificationHead).
+    head_shared_kernel: bool = True
     # Stddev of the truncated-normal initializers (BERT/ALBERT: 0.02).
     initializer_range: float = 0.02
     # Scale the embeddings to about unit variance, as tensor2tensor does, so

@@ -31,6 +31,7 @@ def build_model(config):
         config.num_classes,
         pooling=config.pooling,
         max_length=config.max_length,
+        shared_kernel=config.head_shared_kernel,
         dropout_rate=config.dropout_rate,
         initializer_range=config.initializer_range,
         name="head",

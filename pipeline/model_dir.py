@@ -26,7 +26,8 @@ CONFIG_FILE = "config.json"
 # Fields added after runs were saved without them, with the value those runs
 # had (not today's default): a saved config holds every field, so a missing
 # one means a run older than the field.
-FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False}, "train": {"length_bucket": 0}}
+FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
+                        "train": {"length_bucket": 0}}
 
 
 def load_config(model_dir):

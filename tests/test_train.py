@@ -200,15 +200,22 @@ def test_tpu_flag_without_a_tpu_fails_clearly(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_a_run_saved_before_embedding_unit_scale_keeps_its_old_scale(tmp_path, corpus):
+def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, corpus):
     model_dir = str(tmp_path / "old")
-    train_and_evaluate(_config(epochs=1), model_dir, *corpus, export=False)
+    older = {"embedding_unit_scale": False, "head_shared_kernel": False}  # what runs before these fields did
+    config = Config.from_dict({**TINY, "model": {**TINY["model"], **older}})
+    train_and_evaluate(config, model_dir, *corpus, export=False)
+    before = _probabilities(model_dir)
     path = os.path.join(model_dir, "config.json")
     saved = json.load(open(path))
-    assert saved["model"].pop("embedding_unit_scale") is True
-    json.dump(saved, open(path, "w"))  # as a run from before the field existed
+    for field in older:
+        assert saved["model"].pop(field) is False
+    json.dump(saved, open(path, "w"))  # as a run from before the fields existed
     config, _, _ = load_run(model_dir)
-    assert config.model.embedding_unit_scale is False
-    assert restore_model(model_dir)[0].get_layer("embedding").unit_scale is False
+    assert (config.model.embedding_unit_scale, config.model.head_shared_kernel) == (False, False)
+    model = restore_model(model_dir)[0]
+    assert model.get_layer("embedding").unit_scale is False
+    assert model.get_layer("head").shared_kernel is False
+    np.testing.assert_array_equal(_probabilities(model_dir), before)
     with pytest.raises(ValueError, match=r"model.embedding_unit_scale: False -> True"):
         train_and_evaluate(_config(epochs=2), model_dir, *corpus, export=False)
