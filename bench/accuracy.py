@@ -97,6 +97,7 @@ def validation_split(train_path, cache):
     """The training split cut 90/10 (as the TF-IDF arm cuts it to pick C): two CSV paths."""
     texts, labels = read(train_path)
     cut = validation_cut(len(texts))
+    os.makedirs(cache, exist_ok=True)
     paths = os.path.join(cache, "fit.csv"), os.path.join(cache, "validation.csv")
     for path, part in zip(paths, (slice(None, cut), slice(cut, None))):
         with open(path, "w", encoding="utf-8", newline="") as f:
