@@ -184,8 +184,8 @@ def main():
         ("this_project", lambda: this_project(train_path, test_path, os.path.join(args.cache, "run"), args.epochs,
                                               args.config)),
         ("keras_hub_albert", None if args.skip_keras_hub else lambda: keras_hub_albert(
-            train_path, test_path, args.keras_hub_epochs or results["this_project"]["epochs"], json.load(open(os.path.join(
-                args.cache, "run", "config.json")))["model"]["max_length"])),
+            train_path, test_path, args.keras_hub_epochs or results["this_project"]["epochs"],
+            json.load(open(os.path.join(args.cache, "run", "config.json")))["model"]["max_length"])),
     ]:
         if run is None:
             continue

@@ -124,22 +124,24 @@ class ClassificationHead(keras.layers.Layer):
         if self.pooling == "flatten":
             if x.shape[1] != self.flat_length:  # zeros, as at masked padding
                 x = ops.pad(x, [[0, 0], [0, self.flat_length - ops.shape(x)[1]], [0, 0]])
-            if self.positional is not None:
-                x = self.dropout(x, training=training) / self.flat_length
+            x = self.dropout(x, training=training)  # the same mask as on the flattened vector
+            if self.positional is None:
+                logits = self.logits(ops.reshape(x, (-1, self.flat_length * x.shape[2])))
+            else:  # flatten_kernel(), applied without tiling the shared kernel
+                x = x / self.flat_length
                 flat = ops.reshape(x, (-1, self.flat_length * x.shape[2]))  # (batch, L * H)
                 positional = ops.matmul(flat, ops.cast(self.positional, flat.dtype))
-                logits = self.logits(ops.sum(x, axis=1)) + positional  # (batch, classes)
-                return self.softmax(ops.cast(logits, "float32"))
-            x = ops.reshape(x, (-1, self.flat_length * x.shape[2]))  # (batch, L * H)
-        elif self.pooling == "mean":
-            if mask is None:
-                x = ops.mean(x, axis=1)
-            else:
-                count = ops.maximum(ops.sum(weights, axis=1), 1.0)
-                x = ops.sum(x, axis=1) / count  # (batch, hidden)
+                logits = self.logits(ops.sum(x, axis=1)) + positional
         else:
-            x = x[:, 0, :]  # (batch, hidden)
-        logits = self.logits(self.dropout(x, training=training))
+            if self.pooling == "mean":
+                if mask is None:
+                    x = ops.mean(x, axis=1)
+                else:
+                    count = ops.maximum(ops.sum(weights, axis=1), 1.0)
+                    x = ops.sum(x, axis=1) / count  # (batch, hidden)
+            else:
+                x = x[:, 0, :]  # (batch, hidden)
+            logits = self.logits(self.dropout(x, training=training))
         return self.softmax(ops.cast(logits, "float32"))  # (batch, classes)
 
     def flatten_kernel(self):
