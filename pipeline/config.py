@@ -112,6 +112,11 @@ class TrainConfig:
     # are the same either way (padding is masked and zeroed). 0 keeps
     # max_length; TPUs always do, as they need static shapes.
     length_bucket: int = 16
+    # Fraction of real tokens ([CLS] excepted) replaced by [UNK] in training
+    # batches, a new draw every epoch: word dropout, an augmentation against
+    # leaning on a few words. Validation accuracy on 27k tweets (seeds 42 and
+    # 2): 0.7520 and 0.7547 with 0.1, 0.7507 and 0.7448 without. 0 = off.
+    token_dropout: float = 0.1
     # Training steps run per host round trip (TPUs want 50-1000).
     steps_per_execution: int = 1
     # Save a resumable checkpoint every this many steps.
@@ -123,6 +128,12 @@ class TrainConfig:
     precision: str = "auto"
     # Validation score that picks the best weights: "accuracy" or "macro_f1".
     best_metric: str = "accuracy"
+    # Keep (save as best.weights.h5, export) the epoch with the best
+    # validation score; false keeps the last epoch, and the evaluation files
+    # are then only reported on after every epoch, never choose anything
+    # (e.g. when they are the test split and the training files are all the
+    # labelled data there is).
+    keep_best_epoch: bool = True
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from pipeline.labels import encode_labels, label_names
 from pipeline.readers import Examples, read_examples
-from pipeline.tokenizer import LONGEST, Tokenizer
+from pipeline.tokenizer import CLS_ID, LONGEST, PAD_ID, UNK_ID, Tokenizer
 
 TOKENIZE_BATCH = 1024
 # Length bucketing sorts windows of this many batches by length.
@@ -88,7 +88,7 @@ def learn_tokenizer(texts, data_config, max_length):
 
 
 def train_dataset(split, global_batch_size, seed, epoch=0, skip_batches=0,
-                  input_context=None, length_bucket=0):
+                  input_context=None, length_bucket=0, token_dropout=0.0):
     """One epoch of shuffled `(ids, labels)` batches, `(batch, max_length)`.
 
     The shuffle order depends only on `(seed, epoch)`, so a resumed run skips
@@ -96,7 +96,9 @@ def train_dataset(split, global_batch_size, seed, epoch=0, skip_batches=0,
     With `length_bucket`, each step's batch holds examples of similar length
     and is cut to its longest one rounded up to a multiple of
     `length_bucket`: the length dimension is then dynamic, which TPUs do not
-    allow. Batches are per replica under `input_context`.
+    allow. With `token_dropout`, that fraction of real tokens ([CLS]
+    excepted) becomes [UNK], drawn from `(seed, epoch, step)` alone. Batches
+    are per replica under `input_context`.
     """
     batch_size, dataset = _per_pipeline(split.ids, split.labels, global_batch_size, input_context)
     # This host's share of one step: the batches of its replicas.
@@ -115,6 +117,10 @@ def train_dataset(split, global_batch_size, seed, epoch=0, skip_batches=0,
         dataset = dataset.shuffle(LENGTH_WINDOW_BATCHES, seed=seed * 1000 + epoch,
                                   reshuffle_each_iteration=False)
         dataset = dataset.map(functools.partial(_cut_padding, length_bucket=length_bucket))
+    if token_dropout:
+        pipeline = input_context.input_pipeline_id if input_context else 0
+        dataset = dataset.enumerate().map(functools.partial(
+            _drop_tokens, rate=token_dropout, seed=(seed * 1000 + epoch) * 1000 + pipeline))
     dataset = dataset.skip(skip_batches)
     if batch_size != step_size:  # one batch per local replica, in turn
         dataset = dataset.unbatch().batch(batch_size, drop_remainder=True)
@@ -137,6 +143,13 @@ def _cut_padding(ids, labels, length_bucket):
     longest = tf.reduce_max(_lengths(ids))
     keep = tf.minimum(-(-longest // length_bucket) * length_bucket, tf.shape(ids)[1])
     return ids[:, :keep], labels
+
+
+def _drop_tokens(step, batch, rate, seed):
+    ids, labels = batch
+    noise = tf.random.stateless_uniform(tf.shape(ids), seed=tf.stack([tf.constant(seed, tf.int64), step]))
+    drop = (noise < rate) & (ids != PAD_ID) & (ids != CLS_ID)
+    return tf.where(drop, UNK_ID, ids), labels
 
 
 def eval_dataset(split, global_batch_size, input_context=None):

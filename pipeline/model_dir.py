@@ -5,7 +5,8 @@
     MODEL_DIR/tokenizer.json     tokenizer settings
     MODEL_DIR/labels.json        class names, indexed by class id
     MODEL_DIR/checkpoints/       resumable state (model, optimizer, step)
-    MODEL_DIR/best.weights.h5    weights with the best validation score
+    MODEL_DIR/best.weights.h5    weights with the best validation score (last epoch's
+                                 without train.keep_best_epoch)
     MODEL_DIR/logs/              TensorBoard
     MODEL_DIR/metrics.json       final evaluation
     MODEL_DIR/export/<version>/  serving SavedModel
@@ -27,7 +28,7 @@ CONFIG_FILE = "config.json"
 # had (not today's default): a saved config holds every field, so a missing
 # one means a run older than the field.
 FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-                        "train": {"length_bucket": 0}}
+                        "train": {"length_bucket": 0, "token_dropout": 0.0}}
 
 
 def load_config(model_dir):

@@ -101,7 +101,8 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
     """Trains `model` (built in `strategy.scope()`), keeping the best epoch.
 
     Resumes from `model_dir`'s checkpoints, evaluates after every epoch, and
-    returns the report of the best weights, which the model holds afterwards.
+    returns the report of the best weights (the last epoch's without
+    `train.keep_best_epoch`), which the model holds afterwards.
     """
     epochs = epochs or config.train.epochs
     steps = len(train) // config.train.batch_size * epochs
@@ -120,7 +121,7 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
     # TPUs need static shapes: their batches keep max_length.
     length_bucket = 0 if isinstance(strategy, tf.distribute.TPUStrategy) else config.train.length_bucket
     make_dataset = functools.partial(train_dataset, train, config.train.batch_size, config.train.seed,
-                                     length_bucket=length_bucket)
+                                     length_bucket=length_bucket, token_dropout=config.train.token_dropout)
     epoch_losses = trainer.fit(make_dataset, len(train), epochs, on_epoch_end)
     model.load_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
     report = _evaluate(trainer, evaluation, names)

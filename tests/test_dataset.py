@@ -5,6 +5,7 @@ import tensorflow as tf
 from pipeline.config import DataConfig
 from pipeline.dataset import Split, distribute, eval_dataset, learn_vocabulary, load_split, train_dataset
 from pipeline.demo_corpus import write_demo_corpus
+from pipeline.tokenizer import CLS_ID, UNK_ID
 
 
 def _split(count, length=6):
@@ -65,6 +66,32 @@ def test_length_buckets_are_seeded_and_resumable():
     assert labels(epoch=1, skip_batches=5) == first[5:]
 
 
+def test_token_dropout_hides_real_tokens_only_and_is_seeded_and_resumable():
+    split, lengths = _varied_lengths(count=1024)
+    split.ids[:, 0] = CLS_ID
+    def batches(**kwargs):
+        return [(ids.numpy(), labels.numpy())
+                for ids, labels in train_dataset(split, 32, seed=7, length_bucket=16, token_dropout=0.2, **kwargs)]
+    first = batches(epoch=1)
+    hidden = real = 0
+    for ids, labels in first:
+        original = split.ids[labels, :ids.shape[1]]
+        changed = ids != original
+        assert (ids[changed] == UNK_ID).all()  # only ever [UNK]
+        assert not changed[:, 0].any() and not changed[original == 0].any()  # never [CLS] nor padding
+        hidden += changed.sum()
+        real += (original[:, 1:] != 0).sum() - (original[:, 1:] == UNK_ID).sum()
+    assert 0.18 < hidden / real < 0.22, hidden / real
+    again, resumed, other = batches(epoch=1), batches(epoch=1, skip_batches=5), batches(epoch=2)
+    assert all((a == b).all() for x, y in zip(first, again) for a, b in zip(x, y))
+    assert all((a == b).all() for x, y in zip(first[5:], resumed) for a, b in zip(x, y))
+    # A new draw each epoch: the same example loses other tokens.
+    def hidden_by_example(batches):
+        return {label: tuple(row == UNK_ID) for ids, labels in batches for label, row in zip(labels, ids)}
+    first_hidden, other_hidden = hidden_by_example(first), hidden_by_example(other)
+    assert sum(first_hidden[label] != other_hidden[label] for label in first_hidden) > 0.5 * len(first_hidden)
+
+
 @pytest.mark.parametrize("count,batch", [(10, 4), (7, 7), (1, 8)])
 def test_evaluation_counts_every_example_once(count, batch):
     split = _split(count)
@@ -92,17 +119,16 @@ def test_distributed_batches_split_across_two_replicas():
         iter(distribute(strategy, train_dataset, _split(10), 3, seed=0))
 
 
-@pytest.mark.parametrize("length_bucket", [0, 16])
-def test_two_replicas_share_the_steps_of_one_device(length_bucket):
+@pytest.mark.parametrize("length_bucket,token_dropout", [(0, 0.0), (16, 0.0), (16, 0.1)])
+def test_two_replicas_share_the_steps_of_one_device(length_bucket, token_dropout):
     # Each step's global batch is the single-device batch, split between the
     # replicas (with one length), and resuming skips whole steps.
     split, _ = _varied_lengths()
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    single = [(ids.numpy(), labels.numpy())
-              for ids, labels in train_dataset(split, 32, seed=5, length_bucket=length_bucket)]
+    options = dict(seed=5, length_bucket=length_bucket, token_dropout=token_dropout)
+    single = [(ids.numpy(), labels.numpy()) for ids, labels in train_dataset(split, 32, **options)]
     for skip in (0, 3):
-        dataset = distribute(strategy, train_dataset, split, 32, seed=5, skip_batches=skip,
-                             length_bucket=length_bucket)
+        dataset = distribute(strategy, train_dataset, split, 32, skip_batches=skip, **options)
         steps = 0
         for (ids, labels), (expected_ids, expected_labels) in zip(dataset, single[skip:]):
             parts = [p.numpy() for p in strategy.experimental_local_results(ids)]
