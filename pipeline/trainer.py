@@ -166,8 +166,9 @@ class Trainer:
         `make_dataset(epoch=, skip_batches=, input_context=)` returns one
         epoch of global-batch-size batches (e.g. `dataset.train_dataset` with
         its split, batch size and seed bound). `on_epoch_end(epoch)` returns
-        the validation score; the weights with the best score so far are
-        saved to `best.weights.h5` in `output_dir`. Returns the mean training loss of each
+        the validation score; the weights with the best score so far (the
+        latest ones without `keep_best_epoch`) are saved to
+        `best.weights.h5` in `output_dir`. Returns the mean training loss of each
         epoch trained by this call, by epoch number.
         """
         steps_per_epoch = num_examples // self.config.batch_size
@@ -205,7 +206,7 @@ class Trainer:
                     self.manager.save(checkpoint_number=step)
             epoch_losses[epoch + 1] = float(self.loss.result())
             score = on_epoch_end(epoch) if on_epoch_end else None
-            if score is not None and score > self.best_score.numpy():
+            if score is not None and (score > self.best_score.numpy() or not self.config.keep_best_epoch):
                 self.best_score.assign(score)
                 self.model.save_weights(os.path.join(self.output_dir, BEST_WEIGHTS))
             self.manager.save(checkpoint_number=step)

@@ -71,6 +71,30 @@ def test_prediction_scores_every_example_once_from_two_replicas(tmp_path):
     np.testing.assert_allclose(probabilities, model(split.ids), atol=1e-6)
 
 
+@pytest.mark.parametrize("keep_best_epoch", [True, False])
+def test_kept_weights_are_the_best_epochs_or_the_last(tmp_path, keep_best_epoch):
+    config = _config(keep_best_epoch=keep_best_epoch)
+    model_config = dataclasses.replace(config.model, vocabulary_size=30, num_classes=3)
+    rng = np.random.default_rng(0)
+    split = Split(rng.integers(1, 30, size=(64, 16)).astype("int32"), rng.integers(0, 3, 64).astype("int32"),
+                  [f"f:{i}" for i in range(64)], {})
+    model = build_model(model_config)
+    trainer = Trainer(model, build_optimizer(config.train, 6), tf.distribute.get_strategy(), config.train,
+                      str(tmp_path))
+    weights = []
+
+    def on_epoch_end(epoch):
+        weights.append(model.get_weights())
+        return [0.5, 0.9, 0.7][epoch]  # the second epoch scores best
+
+    trainer.fit(functools.partial(train_dataset, split, 32, 0), len(split), 3, on_epoch_end)
+    model.load_weights(str(tmp_path / "best.weights.h5"))
+    kept = weights[1] if keep_best_epoch else weights[2]
+    assert not np.array_equal(weights[1][0], weights[2][0])
+    for value, expected in zip(model.get_weights(), kept):
+        np.testing.assert_array_equal(value, expected)
+
+
 def test_same_seed_gives_identical_metrics(tmp_path, corpus):
     first = train_and_evaluate(_config(epochs=1), str(tmp_path / "a"), *corpus, export=False)
     second = train_and_evaluate(_config(epochs=1), str(tmp_path / "b"), *corpus, export=False)
@@ -109,7 +133,8 @@ def _train_command(model_dir, corpus, config_path):
 def test_killed_run_resumes_to_the_same_result(tmp_path, corpus):
     config_path = str(tmp_path / "tiny.json")
     with open(config_path, "w") as f:  # with dropout: resuming must restore its random state too
-        json.dump({**TINY, "model": {**TINY["model"], "dropout_rate": 0.1}}, f)
+        json.dump({**TINY, "model": {**TINY["model"], "dropout_rate": 0.1},
+                   "train": {**TINY["train"], "token_dropout": 0.1}}, f)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     killed_dir = str(tmp_path / "killed")
     process = subprocess.Popen(_train_command(killed_dir, corpus, config_path), cwd=ROOT, env=env,
@@ -202,17 +227,22 @@ def test_tpu_flag_without_a_tpu_fails_clearly(tmp_path):
 
 def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, corpus):
     model_dir = str(tmp_path / "old")
-    older = {"embedding_unit_scale": False, "head_shared_kernel": False}  # what runs before these fields did
-    config = Config.from_dict({**TINY, "model": {**TINY["model"], **older}})
+    # What runs from before these fields did.
+    older = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
+             "train": {"length_bucket": 0, "token_dropout": 0.0}}
+    config = Config.from_dict({**TINY, "model": {**TINY["model"], **older["model"]},
+                               "train": {**TINY["train"], **older["train"]}})
     train_and_evaluate(config, model_dir, *corpus, export=False)
     before = _probabilities(model_dir)
     path = os.path.join(model_dir, "config.json")
     saved = json.load(open(path))
-    for field in older:
-        assert saved["model"].pop(field) is False
+    for section, fields in older.items():
+        for field, value in fields.items():
+            assert saved[section].pop(field) == value
     json.dump(saved, open(path, "w"))  # as a run from before the fields existed
     config, _, _ = load_run(model_dir)
-    assert (config.model.embedding_unit_scale, config.model.head_shared_kernel) == (False, False)
+    assert {section: {field: getattr(getattr(config, section), field) for field in fields}
+            for section, fields in older.items()} == older
     model = restore_model(model_dir)[0]
     assert model.get_layer("embedding").unit_scale is False
     assert model.get_layer("head").shared_kernel is False
