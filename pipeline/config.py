@@ -112,11 +112,14 @@ class TrainConfig:
     # are the same either way (padding is masked and zeroed). 0 keeps
     # max_length; TPUs always do, as they need static shapes.
     length_bucket: int = 16
-    # Fraction of real tokens ([CLS] excepted) replaced by [UNK] in training
-    # batches, a new draw every epoch: word dropout, an augmentation against
-    # leaning on a few words. Validation accuracy on 27k tweets (seeds 42 and
-    # 2): 0.7520 and 0.7547 with 0.1, 0.7507 and 0.7448 without. 0 = off.
-    token_dropout: float = 0.1
+    # Fraction of real tokens ([CLS] excepted) replaced by [UNK] in
+    # classification training batches (not masked-LM's), a new draw every
+    # epoch: word dropout, an augmentation against leaning on a few words.
+    # 0 = off. Measured at 0.1 on the tweet corpus of bench/accuracy.py, same
+    # seeds with and without: validation accuracy 0.7520 vs 0.7507 (seed 42)
+    # and 0.7547 vs 0.7448 (seed 2), test accuracy 0.7491 vs 0.7517 (seed
+    # 42) - inside the noise, so not on by default; a sweep can choose it.
+    token_dropout: float = 0.0
     # Training steps run per host round trip (TPUs want 50-1000).
     steps_per_execution: int = 1
     # Save a resumable checkpoint every this many steps.

@@ -24,6 +24,7 @@ SEARCH_SPACE = {
     # "all" = one block for every layer (ALBERT); "none" = num_groups = num_layers.
     "sharing": ("model", "num_groups", {"values": ["all", "none"]}),
     "pooling": ("model", "pooling", {"values": ["flatten", "mean", "first"]}),
+    "token_dropout": ("train", "token_dropout", {"values": [0.0, 0.1, 0.2]}),
     "learning_rate": ("train", "learning_rate", {"min": 1e-4, "max": 3e-3, "sampling": "log"}),
     "warmup_fraction": ("train", "warmup_fraction", {"values": [0.0, 0.06, 0.1]}),
     "batch_size": ("train", "batch_size", {"values": [16, 32, 64]}),
