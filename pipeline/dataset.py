@@ -104,7 +104,8 @@ def train_dataset(split, global_batch_size, seed, epoch=0, skip_batches=0,
     # This host's share of one step: the batches of its replicas.
     step_size = global_batch_size // (input_context.num_input_pipelines if input_context else 1)
     # Whole-corpus buffer: the arrays are in memory already.
-    dataset = dataset.shuffle(len(split), seed=seed * 1000 + epoch, reshuffle_each_iteration=False)
+    epoch_seed = seed * 1000 + epoch  # every draw of the epoch derives from it
+    dataset = dataset.shuffle(len(split), seed=epoch_seed, reshuffle_each_iteration=False)
     if length_bucket:
         # Sort windows of shuffled examples by length, so batches cut from
         # them need little padding; any example can still meet any other.
@@ -114,13 +115,13 @@ def train_dataset(split, global_batch_size, seed, epoch=0, skip_batches=0,
     if length_bucket:
         # Short and long batches interleave instead of coming in sorted runs;
         # a whole step is cut at once, so its replicas get the same length.
-        dataset = dataset.shuffle(LENGTH_WINDOW_BATCHES, seed=seed * 1000 + epoch,
+        dataset = dataset.shuffle(LENGTH_WINDOW_BATCHES, seed=epoch_seed,
                                   reshuffle_each_iteration=False)
         dataset = dataset.map(functools.partial(_cut_padding, length_bucket=length_bucket))
     if token_dropout:
         pipeline = input_context.input_pipeline_id if input_context else 0
         dataset = dataset.enumerate().map(functools.partial(
-            _drop_tokens, rate=token_dropout, seed=(seed * 1000 + epoch) * 1000 + pipeline))
+            _drop_tokens, rate=token_dropout, seed=epoch_seed * 1000 + pipeline))
     dataset = dataset.skip(skip_batches)
     if batch_size != step_size:  # one batch per local replica, in turn
         dataset = dataset.unbatch().batch(batch_size, drop_remainder=True)

@@ -44,6 +44,12 @@ def _probabilities(model_dir):
     return np.asarray(model(tokenize(tokenizer, texts)))
 
 
+def _random_split(count):
+    # Ids of a 30-token vocabulary, length 16, classes 0-2 in turn.
+    ids = np.random.default_rng(0).integers(1, 30, size=(count, 16)).astype("int32")
+    return Split(ids, np.arange(count, dtype="int32") % 3, [f"f:{i}" for i in range(count)], {})
+
+
 def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus):
     single = train_and_evaluate(_config(), str(tmp_path / "one"), *corpus, export=False)
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -59,9 +65,7 @@ def test_prediction_scores_every_example_once_from_two_replicas(tmp_path):
     config = _config()
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     model_config = dataclasses.replace(config.model, vocabulary_size=30, num_classes=3)
-    rng = np.random.default_rng(0)
-    split = Split(rng.integers(1, 30, size=(10, 16)).astype("int32"), np.arange(10, dtype="int32") % 3,
-                  [f"f:{i}" for i in range(10)], {})
+    split = _random_split(10)
     with mirrored.scope():
         model = build_model(model_config)
         trainer = Trainer(model, build_optimizer(config.train, 10), mirrored,
@@ -75,9 +79,7 @@ def test_prediction_scores_every_example_once_from_two_replicas(tmp_path):
 def test_kept_weights_are_the_best_epochs_or_the_last(tmp_path, keep_best_epoch):
     config = _config(keep_best_epoch=keep_best_epoch)
     model_config = dataclasses.replace(config.model, vocabulary_size=30, num_classes=3)
-    rng = np.random.default_rng(0)
-    split = Split(rng.integers(1, 30, size=(64, 16)).astype("int32"), rng.integers(0, 3, 64).astype("int32"),
-                  [f"f:{i}" for i in range(64)], {})
+    split = _random_split(64)
     model = build_model(model_config)
     trainer = Trainer(model, build_optimizer(config.train, 6), tf.distribute.get_strategy(), config.train,
                       str(tmp_path))
