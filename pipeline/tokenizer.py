@@ -120,7 +120,7 @@ class Tokenizer(tf.Module):
         return tf.gather(self._tokens, ids)
 
     @classmethod
-    def learn(cls, texts, kind="wordpiece", vocabulary_size=8000, min_count=2,
+    def learn(cls, texts, kind="wordpiece", vocabulary_size=4000, min_count=2,
               max_length=128, lower_case=True, normalization_form="NFKC"):
         """Learns a vocabulary from training `texts` (a list of strings).
 
