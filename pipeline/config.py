@@ -79,9 +79,10 @@ class DataConfig:
     # characters and ##-pieces can add a few hundred entries. Small labelled
     # corpora want a small one: more words share pieces that are seen often.
     # Validation accuracy on 27k tweets (bench/accuracy.py's split, 3 epochs,
-    # seeds 42 / 2): 16000 0.7445 / -, 8000 0.7507 / 0.7448, 4000 0.7576 /
-    # 0.7550, 2000 0.7478 / -. Larger corpora (and scripts with thousands of
-    # characters, such as Chinese) want more.
+    # seeds 42 / 2 / 7): 16000 0.7445, 8000 0.7507 / 0.7448 / 0.7540, 4000
+    # 0.7576 / 0.7550 / 0.7514, 2000 0.7478 - a gain about the size of the
+    # noise. Larger corpora (and scripts with thousands of characters, such
+    # as Chinese) want more.
     vocabulary_size: int = 4000
     # Words seen fewer times than this in training map to [UNK].
     min_count: int = 2
