@@ -19,6 +19,10 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
 
+from pipeline.config import DataConfig
+
+_DEFAULTS = DataConfig()  # the data section's defaults are the tokenizer's
+
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
 KINDS = ("wordpiece", "word")
@@ -51,8 +55,8 @@ class Tokenizer(tf.Module):
     directory with `Tokenizer.load`.
     """
 
-    def __init__(self, vocabulary, kind="wordpiece", max_length=128,
-                 lower_case=True, normalization_form="NFKC"):
+    def __init__(self, vocabulary, kind=_DEFAULTS.tokenizer, max_length=128,
+                 lower_case=_DEFAULTS.lower_case, normalization_form=_DEFAULTS.normalization_form):
         super().__init__(name="tokenizer")
         if kind not in KINDS:
             raise ValueError(f"tokenizer must be one of {KINDS}, got {kind!r}")
@@ -120,8 +124,9 @@ class Tokenizer(tf.Module):
         return tf.gather(self._tokens, ids)
 
     @classmethod
-    def learn(cls, texts, kind="wordpiece", vocabulary_size=4000, min_count=2,
-              max_length=128, lower_case=True, normalization_form="NFKC"):
+    def learn(cls, texts, kind=_DEFAULTS.tokenizer, vocabulary_size=_DEFAULTS.vocabulary_size,
+              min_count=_DEFAULTS.min_count, max_length=128, lower_case=_DEFAULTS.lower_case,
+              normalization_form=_DEFAULTS.normalization_form):
         """Learns a vocabulary from training `texts` (a list of strings).
 
         Word vocabulary: words seen at least `min_count` times, most frequent
