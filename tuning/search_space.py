@@ -11,6 +11,10 @@ a dict (command line or JSON file):
 
 import copy
 
+from pipeline.config import ModelConfig
+
+_DEFAULTS = ModelConfig()  # for the multiples when a space leaves out their base
+
 # name: (config section, config field, spec). Choices keep hidden_size
 # divisible by every num_heads choice (64 / 8 = 8 dims per head at least).
 SEARCH_SPACE = {
@@ -70,8 +74,8 @@ def sample(hp, space):
     for name, value in values.items():
         section, field, _ = space[name]
         if name == "intermediate_multiple":
-            value = value * values.get("hidden_size", 256)
+            value = value * values.get("hidden_size", _DEFAULTS.hidden_size)
         elif name == "sharing":
-            value = 1 if value == "all" else values.get("num_layers", 4)
+            value = 1 if value == "all" else values.get("num_layers", _DEFAULTS.num_layers)
         overrides[section][field] = value
     return overrides
