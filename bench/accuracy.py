@@ -144,22 +144,24 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, init_
     return result
 
 
-def keras_hub_albert(train_path, test_path, epochs, max_length):
+def keras_hub_albert(train_path, test_path, epochs, max_length, overrides=None):
     import keras
     import keras_hub
     import numpy as np
     from sklearn.metrics import f1_score
 
-    from pipeline.config import Config
+    from pipeline.config import Config, override
     from pipeline.dataset import learn_vocabulary, load_split
 
-    config = Config()
+    config = override(Config(), overrides or {})  # the dimensions of this project's run
     names, tokenizer = learn_vocabulary(train_path, config.data, max_length)
     train, test = (load_split(p, config.data, tokenizer, names) for p in (train_path, test_path))
     keras.utils.set_random_seed(config.train.seed)
+    dimensions = config.model
     backbone = keras_hub.models.AlbertBackbone(
-        vocabulary_size=len(tokenizer.vocabulary), num_layers=4, num_heads=4, num_groups=1,
-        num_inner_repetitions=1, embedding_dim=128, hidden_dim=256, intermediate_dim=1024,
+        vocabulary_size=len(tokenizer.vocabulary), num_layers=dimensions.num_layers, num_heads=dimensions.num_heads,
+        num_groups=dimensions.num_groups, num_inner_repetitions=1, embedding_dim=dimensions.embedding_size,
+        hidden_dim=dimensions.hidden_size, intermediate_dim=dimensions.intermediate_size,
         max_sequence_length=max_length)
     model = keras_hub.models.AlbertClassifier(backbone, num_classes=len(names), preprocessor=None)
 
@@ -202,7 +204,7 @@ def main():
             train_path, test_path, os.path.join(args.cache, "run_whole"), args.epochs, args.config, whole_split=True)),
         ("keras_hub_albert", None if args.skip_keras_hub else lambda: keras_hub_albert(
             train_path, test_path, args.keras_hub_epochs or results["this_project"]["epochs"],
-            json.load(open(os.path.join(args.cache, "run", "config.json")))["model"]["max_length"])),
+            json.load(open(os.path.join(args.cache, "run", "config.json")))["model"]["max_length"], args.config)),
     ]:
         if run is None:
             continue
