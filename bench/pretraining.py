@@ -9,7 +9,7 @@ On the tweet corpus of `bench/accuracy.py` (same cache, same 80/20 split):
 3. masked-language-model pre-training on the training texts (labels unused)
    with the same model config, then `--init-from` fine-tuning
    (`--pretrain-epochs`, `--finetune-epochs`; the seconds of each arm are
-   printed: 2 + 1 epochs took 1.7x the time of 3 from scratch here).
+   printed: 3 + 3 epochs took 2.5x the time of 3 from scratch here).
 (2) and (3) are trained and scored as in `bench/accuracy.py`: best epoch on a
 validation slice of the training split, test texts through the export.
 Prints accuracy, macro-F1 and seconds of each, and writes them as JSON after
