@@ -144,20 +144,21 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, init_
     return result
 
 
-def keras_hub_albert(train_path, test_path, epochs, max_length, overrides=None):
+def keras_hub_albert(train_path, test_path, epochs, config):
+    """keras-hub's classifier with `config` (this project's resolved run config):
+    its dimensions, max length, vocabulary settings, seed and optimizer."""
     import keras
     import keras_hub
     import numpy as np
     from sklearn.metrics import f1_score
 
-    from pipeline.config import Config, override
     from pipeline.dataset import learn_vocabulary, load_split
 
-    config = override(Config(), overrides or {})  # the dimensions of this project's run
+    dimensions = config.model
+    max_length = dimensions.max_length
     names, tokenizer = learn_vocabulary(train_path, config.data, max_length)
     train, test = (load_split(p, config.data, tokenizer, names) for p in (train_path, test_path))
     keras.utils.set_random_seed(config.train.seed)
-    dimensions = config.model
     backbone = keras_hub.models.AlbertBackbone(
         vocabulary_size=len(tokenizer.vocabulary), num_layers=dimensions.num_layers, num_heads=dimensions.num_heads,
         num_groups=dimensions.num_groups, num_inner_repetitions=1, embedding_dim=dimensions.embedding_size,
@@ -192,6 +193,8 @@ def main():
                         "'{\"model\": {\"pooling\": \"mean\"}}' (default: none, the default settings)")
     parser.add_argument("--out", default=os.path.join("bench", "results", "accuracy.json"))
     args = parser.parse_args()
+    from pipeline.config import Config
+
     train_path, test_path = fetch_corpus(args.cache)
     for run in ("run", "run_whole"):  # never resume a run of other code
         shutil.rmtree(os.path.join(args.cache, run), ignore_errors=True)
@@ -204,7 +207,7 @@ def main():
             train_path, test_path, os.path.join(args.cache, "run_whole"), args.epochs, args.config, whole_split=True)),
         ("keras_hub_albert", None if args.skip_keras_hub else lambda: keras_hub_albert(
             train_path, test_path, args.keras_hub_epochs or results["this_project"]["epochs"],
-            json.load(open(os.path.join(args.cache, "run", "config.json")))["model"]["max_length"], args.config)),
+            Config.load(os.path.join(args.cache, "run", "config.json")))),
     ]:
         if run is None:
             continue
