@@ -90,3 +90,35 @@ def test_predict_cli_jsonl_and_tsv(exported, tmp_path):
     tsv = subprocess.run(command + ["--format", "tsv"], cwd=ROOT, capture_output=True, text=True,
                          env=env, timeout=180).stdout.splitlines()
     assert tsv[0].split("\t") == ["label"] + NAMES + ["text"] and len(tsv) == 4
+
+
+def test_serving_signatures_call_no_xla(exported):
+    # TensorFlow Serving runs XLA calls only behind an experimental flag. The
+    # hand-written GELU gradient is one (layers.fused_gradients) and is saved
+    # with the model, for gradients through it; the signatures never reach it.
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    _, _, _, path = exported
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        saved.ParseFromString(f.read())
+    library = {f.signature.name: f for f in saved.meta_graphs[0].graph_def.library.function}
+
+    def compiled_calls(names):
+        seen, found = set(), []
+        while names:
+            name = names.pop()
+            if name in seen or name not in library:
+                continue
+            seen.add(name)
+            for node in library[name].node_def:
+                if node.attr["_XlaMustCompile"].b:
+                    found.append(node.name)
+                for value in node.attr.values():  # the functions a node calls
+                    names += [value.func.name] + [f.name for f in value.list.func]
+        return found
+
+    signatures = [name for name in library if "signature_wrapper" in name]
+    assert len(signatures) == 2  # serving_default, attention
+    assert compiled_calls(signatures) == []
+    assert compiled_calls(list(library))  # the walk does find the gradient's

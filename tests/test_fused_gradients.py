@@ -30,3 +30,40 @@ def test_gelu_derivative_golden_values(x, derivative):
         tape.watch(x)
         y = gelu(x)
     assert float(tape.gradient(y, x)) == pytest.approx(derivative, abs=1e-6)
+
+
+def _compiled_calls(concrete):
+    """Ops of `concrete`'s graph, nested functions included, that XLA must compile."""
+    graph_def = concrete.graph.as_graph_def()
+    nodes = list(graph_def.node) + [node for f in graph_def.library.function for node in f.node_def]
+    return [node.name for node in nodes if node.attr["_XlaMustCompile"].b]
+
+
+def test_gelu_gradient_runs_compiled_in_graphs_of_unknown_shape_and_bfloat16():
+    x = tf.constant(np.linspace(-4.0, 4.0, 24).reshape(2, 3, 4), tf.bfloat16)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 4], tf.bfloat16)])
+    def gradient(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = gelu(v)
+        return tape.gradient(y, v)
+
+    got = tf.cast(gradient(x), tf.float32).numpy().ravel()
+    # At the bfloat16 inputs, to bfloat16's rounding (8 bits of mantissa).
+    expected = _gelu_derivative(tf.cast(x, tf.float32).numpy().ravel())
+    np.testing.assert_allclose(got, expected, rtol=1e-2, atol=1e-2)
+    assert _compiled_calls(gradient.get_concrete_function())
+
+
+def test_gelu_forward_graph_holds_no_xla_call():
+    # What an export traces: TensorFlow Serving runs XLA calls only with an
+    # experimental flag.
+    forward = tf.function(gelu).get_concrete_function(tf.TensorSpec([None, 8], tf.float32))
+    assert _compiled_calls(forward) == []
+
+
+def _gelu_derivative(x):
+    from math import erf, exp, pi, sqrt
+
+    return np.array([0.5 * (1 + erf(v / sqrt(2))) + v * exp(-0.5 * v * v) / sqrt(2 * pi) for v in x])
