@@ -14,6 +14,19 @@ def _value_and_gradient(function, x):
     return y.numpy(), tape.gradient(loss, x).numpy()
 
 
+def _gelu_derivative(x):
+    from math import erf, exp, pi, sqrt
+
+    return np.array([0.5 * (1 + erf(v / sqrt(2))) + v * exp(-0.5 * v * v) / sqrt(2 * pi) for v in x])
+
+
+def _compiled_calls(concrete):
+    """Ops of `concrete`'s graph, nested functions included, that XLA must compile."""
+    graph_def = concrete.graph.as_graph_def()
+    nodes = list(graph_def.node) + [node for f in graph_def.library.function for node in f.node_def]
+    return [node.name for node in nodes if node.attr["_XlaMustCompile"].b]
+
+
 def test_gelu_equals_exact_gelu_and_its_gradient():
     x = np.linspace(-6.0, 6.0, 241, dtype="float32")
     ours = _value_and_gradient(gelu, x)
@@ -30,13 +43,6 @@ def test_gelu_derivative_golden_values(x, derivative):
         tape.watch(x)
         y = gelu(x)
     assert float(tape.gradient(y, x)) == pytest.approx(derivative, abs=1e-6)
-
-
-def _compiled_calls(concrete):
-    """Ops of `concrete`'s graph, nested functions included, that XLA must compile."""
-    graph_def = concrete.graph.as_graph_def()
-    nodes = list(graph_def.node) + [node for f in graph_def.library.function for node in f.node_def]
-    return [node.name for node in nodes if node.attr["_XlaMustCompile"].b]
 
 
 def test_gelu_gradient_runs_compiled_in_graphs_of_unknown_shape_and_bfloat16():
@@ -61,9 +67,3 @@ def test_gelu_forward_graph_holds_no_xla_call():
     # experimental flag.
     forward = tf.function(gelu).get_concrete_function(tf.TensorSpec([None, 8], tf.float32))
     assert _compiled_calls(forward) == []
-
-
-def _gelu_derivative(x):
-    from math import erf, exp, pi, sqrt
-
-    return np.array([0.5 * (1 + erf(v / sqrt(2))) + v * exp(-0.5 * v * v) / sqrt(2 * pi) for v in x])
