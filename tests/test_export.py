@@ -10,6 +10,7 @@ from pipeline.export import latest_export, next_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from conftest import NAMES
+from graph_helper import xla_compiled_ops
 STRANGE = [
     "", "   \t ", "x" * 100_000, "control\x00\x07\x1b chars", "emoji 😀🎉👍🏽", "مرحبا بالعالم",
     "עברית", "我爱北京天安门没有空格", "Mixed 北京 and English!", "the cat sat on the mat",
@@ -102,23 +103,9 @@ def test_serving_signatures_call_no_xla(exported):
     saved = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
         saved.ParseFromString(f.read())
-    library = {f.signature.name: f for f in saved.meta_graphs[0].graph_def.library.function}
-
-    def compiled_calls(names):
-        seen, found = set(), []
-        while names:
-            name = names.pop()
-            if name in seen or name not in library:
-                continue
-            seen.add(name)
-            for node in library[name].node_def:
-                if node.attr["_XlaMustCompile"].b:
-                    found.append(node.name)
-                for value in node.attr.values():  # the functions a node calls
-                    names += [value.func.name] + [f.name for f in value.list.func]
-        return found
-
-    signatures = [name for name in library if "signature_wrapper" in name]
+    graph_def = saved.meta_graphs[0].graph_def
+    functions = [f.signature.name for f in graph_def.library.function]
+    signatures = [name for name in functions if "signature_wrapper" in name]
     assert len(signatures) == 2  # serving_default, attention
-    assert compiled_calls(signatures) == []
-    assert compiled_calls(list(library))  # the walk does find the gradient's
+    assert xla_compiled_ops(graph_def, signatures) == []
+    assert xla_compiled_ops(graph_def, functions)  # the walk does find the gradient's

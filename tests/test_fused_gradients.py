@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from graph_helper import xla_compiled_ops
 from layers.fused_gradients import gelu
 
 
@@ -18,13 +19,6 @@ def _gelu_derivative(x):
     from math import erf, exp, pi, sqrt
 
     return np.array([0.5 * (1 + erf(v / sqrt(2))) + v * exp(-0.5 * v * v) / sqrt(2 * pi) for v in x])
-
-
-def _compiled_calls(concrete):
-    """Ops of `concrete`'s graph, nested functions included, that XLA must compile."""
-    graph_def = concrete.graph.as_graph_def()
-    nodes = list(graph_def.node) + [node for f in graph_def.library.function for node in f.node_def]
-    return [node.name for node in nodes if node.attr["_XlaMustCompile"].b]
 
 
 def test_gelu_equals_exact_gelu_and_its_gradient():
@@ -59,11 +53,11 @@ def test_gelu_gradient_runs_compiled_in_graphs_of_unknown_shape_and_bfloat16():
     # At the bfloat16 inputs, to bfloat16's rounding (8 bits of mantissa).
     expected = _gelu_derivative(tf.cast(x, tf.float32).numpy().ravel())
     np.testing.assert_allclose(got, expected, rtol=1e-2, atol=1e-2)
-    assert _compiled_calls(gradient.get_concrete_function())
+    assert xla_compiled_ops(gradient.get_concrete_function().graph.as_graph_def())
 
 
 def test_gelu_forward_graph_holds_no_xla_call():
     # What an export traces: TensorFlow Serving runs XLA calls only with an
     # experimental flag.
     forward = tf.function(gelu).get_concrete_function(tf.TensorSpec([None, 8], tf.float32))
-    assert _compiled_calls(forward) == []
+    assert xla_compiled_ops(forward.graph.as_graph_def()) == []
