@@ -6,13 +6,21 @@ import subprocess
 import sys
 import time
 
+import dataclasses
+
+import keras_tuner
 import numpy as np
 import pytest
 import tensorflow as tf
 from process_helper import free_port
 
 from pipeline.config import Config
+from pipeline.dataset import learn_tokenizer, read_split
 from pipeline.demo_corpus import write_demo_corpus
+from pipeline.model_dir import save_vocabulary
+from pipeline.tokenizer import Tokenizer
+from pipeline.train import prepare_run
+from tuning.hypermodel import ClassifierHyperModel, Vocabularies
 from tuning.search_space import SEARCH_SPACE, narrow
 from tuning.sweep import run_sweep
 
@@ -71,6 +79,60 @@ def test_hyperband_and_bayesian_trials_complete(tmp_path, corpus, tuner):
                      objective="val_macro_f1", space_overrides=SPACE)
     assert len(rows) >= 2 and all(r["status"] == "COMPLETED" for r in rows)
     assert all(r["score"] == r["val_macro_f1"] for r in rows)
+
+
+def test_trials_learn_the_vocabulary_size_they_sample(tmp_path, corpus):
+    # Every other hyperparameter fixed: the two sizes are the only two trials.
+    space = {**SPACE, "hidden_size": 32, "num_layers": 1, "sharing": "all", "pooling": "mean",
+             "learning_rate": 2e-3, "token_dropout": 0.0, "vocabulary_size": [30, 60]}
+    directory = str(tmp_path / "vocabularies")
+    rows = run_sweep(Config.from_dict(BASE), directory, *corpus, "random", max_trials=3,
+                     space_overrides=space, export_best=True)
+    assert sorted(row["vocabulary_size"] for row in rows) == [30, 60]
+    assert all(row["status"] == "COMPLETED" for row in rows)
+    base = Tokenizer.load(directory)  # the run's own, 4,000 at most: every word of the corpus
+    assert len(base.vocabulary) > 60
+    tokenizers = {}
+    for row in rows:
+        trial_dir = os.path.join(directory, "trials", f"trial_{row['trial']}")
+        with open(os.path.join(trial_dir, "config.json")) as f:
+            saved = json.load(f)
+        vocabulary = Tokenizer.load(trial_dir).vocabulary
+        # The word tokenizer keeps the most frequent words: the base's first ones.
+        assert vocabulary == base.vocabulary[:row["vocabulary_size"]]
+        assert saved["data"]["vocabulary_size"] == saved["model"]["vocabulary_size"] == len(vocabulary)
+        tokenizers[row["trial"]] = Tokenizer.load(trial_dir)
+    # The export tokenizes as the best trial did, and the two trials differ.
+    best, other = (row["trial"] for row in rows)
+    texts = tf.constant(read_split(corpus[0], Config().data).texts[:50])
+    ids = {trial: tokenizer(texts).numpy() for trial, tokenizer in tokenizers.items()}
+    assert (ids[best] != ids[other]).any()
+    exported = tf.saved_model.load(os.path.join(directory, "export", "1"))
+    np.testing.assert_array_equal(exported.signatures["attention"](text=texts)["token_ids"].numpy(), ids[best])
+
+
+def test_a_trial_directory_holding_another_vocabulary_is_refused(tmp_path, corpus):
+    config, names, tokenizer, train, evaluation = prepare_run(Config.from_dict(BASE), str(tmp_path), *corpus)
+    data = Vocabularies(config, 16, corpus, names, tokenizer, train, evaluation)
+    small = dataclasses.replace(config.data, vocabulary_size=30)
+    learned, small_train, _ = data(small)
+    assert data(small)[0] is learned and data(config.data)[0] is tokenizer  # each size learned once
+    assert len(learned.vocabulary) == 30 and small_train.ids.max() < 30
+    # Learned again from scratch, the same ids: processes and resumed sweeps agree.
+    texts = read_split(corpus[0], config.data).texts
+    assert learn_tokenizer(texts, small, 16).vocabulary == learned.vocabulary
+
+    space = narrow(SEARCH_SPACE, {**SPACE, "hidden_size": 32, "num_layers": 1, "sharing": "all",
+                                  "pooling": "mean", "learning_rate": 2e-3, "token_dropout": 0.0, "vocabulary_size": 30})
+    hypermodel = ClassifierHyperModel(config, space, data, tf.distribute.get_strategy())
+    hp = keras_tuner.HyperParameters()
+    model = hypermodel.build(hp)
+    assert hypermodel.config_for(hp).model.vocabulary_size == 30
+    trial_dir = str(tmp_path / "trial")
+    os.makedirs(trial_dir)
+    save_vocabulary(trial_dir, learn_tokenizer(texts, dataclasses.replace(small, vocabulary_size=29), 16), names)
+    with pytest.raises(ValueError, match="another vocabulary"):
+        hypermodel.fit(hp, model, trial_dir=trial_dir)
 
 
 def _command(directory, corpus, config_path, max_trials, tuner="random"):

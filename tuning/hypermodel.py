@@ -6,17 +6,58 @@ and calls `build_model`; `fit` trains with the project's own loop
 so a trial is trained exactly as `pipeline.train` trains.
 """
 
+import dataclasses
 import os
 
 import keras_tuner
 
 from pipeline.config import override
+from pipeline.dataset import learn_tokenizer, load_split, read_split
 from pipeline.model import build_model
-from pipeline.model_dir import check_or_save_config, save_vocabulary
+from pipeline.model_dir import check_or_save_config, has_vocabulary, save_vocabulary
+from pipeline.tokenizer import Tokenizer
 from pipeline.train import fit_and_evaluate
 from tuning.search_space import sample
 
 OBJECTIVES = {"val_accuracy": "accuracy", "val_macro_f1": "macro_f1"}
+
+
+class Vocabularies:
+    """The sweep's two splits, tokenized once per vocabulary size.
+
+    The base config's vocabulary is the run's own, from `prepare_run`. A
+    trial asking for another `data.vocabulary_size` gets a tokenizer learned
+    from the same training texts with the same settings (and the same
+    `max_length`, or the same rule deriving it) the first time a trial of
+    this process asks for that size; the texts are read once for all sizes.
+    Learning is deterministic, so the processes of a distributed sweep and a
+    resumed one agree on every size's ids.
+
+    Args:
+        config: the base `Config`, as `prepare_run` returns it.
+        max_length: the `model.max_length` asked for (0: derived per vocabulary).
+        paths: `(train_paths, eval_paths)` of the run.
+        names: the label names, `prepare_run`'s.
+        tokenizer, train, evaluation: `prepare_run`'s tokenizer and splits.
+
+    Calling it with a `DataConfig` returns `(tokenizer, train, evaluation)`.
+    """
+
+    def __init__(self, config, max_length, paths, names, tokenizer, train, evaluation):
+        self.names, self.max_length, self.paths = names, max_length, paths
+        self._examples = None
+        self._by_size = {config.data.vocabulary_size: (tokenizer, train, evaluation)}
+
+    def __call__(self, data_config):
+        size = data_config.vocabulary_size
+        if size not in self._by_size:
+            if self._examples is None:
+                self._examples = [read_split(paths, data_config) for paths in self.paths]
+            train, evaluation = self._examples
+            tokenizer = learn_tokenizer(train.texts, data_config, self.max_length)
+            self._by_size[size] = (tokenizer, *(load_split(examples, data_config, tokenizer, self.names)
+                                                for examples in self._examples))
+        return self._by_size[size]
 
 
 class ClassifierHyperModel(keras_tuner.HyperModel):
@@ -25,7 +66,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
     Args:
         config: the base `Config` (vocabulary size and class count filled in).
         space: the search space (see `tuning.search_space`).
-        data: `(train_split, eval_split, label_names, tokenizer)`, read once.
+        data: the `Vocabularies` of the run.
         strategy: the distribution strategy trials train under.
     """
 
@@ -34,7 +75,11 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         self.config, self.space, self.data, self.strategy = config, space, data, strategy
 
     def config_for(self, hp):
-        return override(self.config, sample(hp, self.space), "hyperparameters")
+        """The trial's config, its model sized to its vocabulary."""
+        config = override(self.config, sample(hp, self.space), "hyperparameters")
+        tokenizer = self.data(config.data)[0]
+        return dataclasses.replace(config, model=dataclasses.replace(
+            config.model, vocabulary_size=len(tokenizer.vocabulary), max_length=tokenizer.max_length))
 
     def build(self, hp):
         return build_model(self.config_for(hp).model)
@@ -43,10 +88,14 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         # Keras callbacks in kwargs (KerasTuner's own checkpointing) are not
         # used: the project's loop checkpoints and keeps the best epoch.
         config = self.config_for(hp)
-        train, evaluation, names, tokenizer = self.data
+        tokenizer, train, evaluation = self.data(config.data)
+        names = self.data.names
         os.makedirs(trial_dir, exist_ok=True)
         # A trial directory is a model directory: pipeline.export reads it.
         check_or_save_config(trial_dir, config)
+        if has_vocabulary(trial_dir) and Tokenizer.load(trial_dir).vocabulary != tokenizer.vocabulary:
+            raise ValueError(f"{trial_dir}: its checkpoints use another vocabulary than the one "
+                             f"learned now for data.vocabulary_size {config.data.vocabulary_size}")
         save_vocabulary(trial_dir, tokenizer, names)
         report = fit_and_evaluate(model, config, self.strategy, train, evaluation, names,
                                   trial_dir, epochs=epochs)

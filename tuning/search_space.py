@@ -28,6 +28,8 @@ SEARCH_SPACE = {
     # "all" = one block for every layer (ALBERT); "none" = num_groups = num_layers.
     "sharing": ("model", "num_groups", {"values": ["all", "none"]}),
     "pooling": ("model", "pooling", {"values": ["flatten", "mean", "first"]}),
+    # Each size is learned and tokenized once per process, the first time a trial asks.
+    "vocabulary_size": ("data", "vocabulary_size", {"values": [2000, 4000, 8000, 16000]}),
     "token_dropout": ("train", "token_dropout", {"values": [0.0, 0.1, 0.2]}),
     "learning_rate": ("train", "learning_rate", {"min": 1e-4, "max": 3e-3, "sampling": "log"}),
     "warmup_fraction": ("train", "warmup_fraction", {"values": [0.0, 0.06, 0.1]}),
@@ -70,7 +72,7 @@ def sample(hp, space):
         else:
             values[name] = hp.Float(name, spec["min"], spec["max"], step=spec.get("step"),
                                     sampling=spec.get("sampling", "linear"))
-    overrides = {"model": {}, "train": {}}
+    overrides = {"model": {}, "data": {}, "train": {}}
     for name, value in values.items():
         section, field, _ = space[name]
         if name == "intermediate_multiple":

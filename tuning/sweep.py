@@ -18,12 +18,13 @@ import os
 import sys
 
 from pipeline.config import Config, override
+from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.model_dir import restore_model
 from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy
 from pipeline.train import prepare_run
-from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, make_oracle
+from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow
 
 PROJECT = "trials"
@@ -37,9 +38,13 @@ def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", m
     tuner_id = os.environ.get("KERASTUNER_TUNER_ID")
     # Each process of a distributed sweep reads the data once into its own folder.
     data_dir = os.path.join(directory, f"data_{tuner_id}") if tuner_id else directory
+    if train_paths is None:
+        train_paths, eval_paths = write_demo_corpus(os.path.join(data_dir, "demo_data"))
+    max_length = config.model.max_length  # 0: derived from each trial's vocabulary
     config, names, tokenizer, train, evaluation = prepare_run(config, data_dir, train_paths, eval_paths)
     space = narrow(SEARCH_SPACE, space_overrides or {})
-    hypermodel = ClassifierHyperModel(config, space, (train, evaluation, names, tokenizer), strategy)
+    data = Vocabularies(config, max_length, (train_paths, eval_paths), names, tokenizer, train, evaluation)
+    hypermodel = ClassifierHyperModel(config, space, data, strategy)
     tuner = SweepTuner(
         oracle=make_oracle(tuner_kind, objective, max_trials, config.train.seed, config.train.epochs),
         hypermodel=hypermodel, directory=directory, project_name=PROJECT, overwrite=False,
