@@ -53,8 +53,7 @@ class Vocabularies:
         if size not in self._by_size:
             if self._examples is None:
                 self._examples = [read_split(paths, data_config) for paths in self.paths]
-            train, evaluation = self._examples
-            tokenizer = learn_tokenizer(train.texts, data_config, self.max_length)
+            tokenizer = learn_tokenizer(self._examples[0].texts, data_config, self.max_length)
             self._by_size[size] = (tokenizer, *(load_split(examples, data_config, tokenizer, self.names)
                                                 for examples in self._examples))
         return self._by_size[size]
