@@ -21,7 +21,7 @@ from pipeline.model_dir import save_vocabulary
 from pipeline.tokenizer import Tokenizer
 from pipeline.train import prepare_run
 from tuning.hypermodel import ClassifierHyperModel, Vocabularies
-from tuning.search_space import SEARCH_SPACE, narrow
+from tuning.search_space import SEARCH_SPACE, narrow, sample
 from tuning.sweep import run_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +44,15 @@ def _trials(directory):
         with open(path) as f:
             trials.append(json.load(f))
     return trials
+
+
+def test_choices_default_to_the_base_config_where_it_is_one():
+    hp = keras_tuner.HyperParameters()
+    sample(hp, SEARCH_SPACE, Config.from_dict({"data": {"vocabulary_size": 8000}, "train": {"batch_size": 64}}))
+    assert hp.values["vocabulary_size"] == 8000 and hp.values["batch_size"] == 64
+    assert hp.values["embedding_size"] == 128  # the default config's, not the first choice (64)
+    assert hp.values["intermediate_multiple"] == 2  # 512 is not a multiple: the first choice
+    assert sample(keras_tuner.HyperParameters(), SEARCH_SPACE)["data"]["vocabulary_size"] == 2000
 
 
 def test_narrowing_the_space():
@@ -97,11 +106,11 @@ def test_trials_learn_the_vocabulary_size_they_sample(tmp_path, corpus):
         trial_dir = os.path.join(directory, "trials", f"trial_{row['trial']}")
         with open(os.path.join(trial_dir, "config.json")) as f:
             saved = json.load(f)
-        vocabulary = Tokenizer.load(trial_dir).vocabulary
+        tokenizers[row["trial"]] = Tokenizer.load(trial_dir)
+        vocabulary = tokenizers[row["trial"]].vocabulary
         # The word tokenizer keeps the most frequent words: the base's first ones.
         assert vocabulary == base.vocabulary[:row["vocabulary_size"]]
         assert saved["data"]["vocabulary_size"] == saved["model"]["vocabulary_size"] == len(vocabulary)
-        tokenizers[row["trial"]] = Tokenizer.load(trial_dir)
     # The export tokenizes as the best trial did, and the two trials differ.
     best, other = (row["trial"] for row in rows)
     texts = tf.constant(read_split(corpus[0], Config().data).texts[:50])
@@ -122,8 +131,16 @@ def test_a_trial_directory_holding_another_vocabulary_is_refused(tmp_path, corpu
     texts = read_split(corpus[0], config.data).texts
     assert learn_tokenizer(texts, small, 16).vocabulary == learned.vocabulary
 
-    space = narrow(SEARCH_SPACE, {**SPACE, "hidden_size": 32, "num_layers": 1, "sharing": "all",
-                                  "pooling": "mean", "learning_rate": 2e-3, "token_dropout": 0.0, "vocabulary_size": 30})
+    fixed = {**SPACE, "hidden_size": 32, "num_layers": 1, "sharing": "all", "pooling": "mean",
+             "learning_rate": 2e-3, "token_dropout": 0.0}
+    # KerasTuner's first build, which learns the space, takes the defaults:
+    # the base config's size where it is a choice, so nothing is learned.
+    base_size = config.data.vocabulary_size
+    space = narrow(SEARCH_SPACE, {**fixed, "vocabulary_size": [30, base_size]})
+    first = ClassifierHyperModel(config, space, data, tf.distribute.get_strategy())
+    assert first.config_for(keras_tuner.HyperParameters()).model.vocabulary_size == len(tokenizer.vocabulary)
+
+    space = narrow(SEARCH_SPACE, {**fixed, "vocabulary_size": 30})
     hypermodel = ClassifierHyperModel(config, space, data, tf.distribute.get_strategy())
     hp = keras_tuner.HyperParameters()
     model = hypermodel.build(hp)

@@ -75,7 +75,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
 
     def config_for(self, hp):
         """The trial's config, its model sized to its vocabulary."""
-        config = override(self.config, sample(hp, self.space), "hyperparameters")
+        config = override(self.config, sample(hp, self.space, self.config), "hyperparameters")
         tokenizer = self.data(config.data)[0]
         return dataclasses.replace(config, model=dataclasses.replace(
             config.model, vocabulary_size=len(tokenizer.vocabulary), max_length=tokenizer.max_length))

@@ -59,14 +59,22 @@ def narrow(space, overrides, source="search space"):
     return space
 
 
-def sample(hp, space):
-    """Registers every entry of `space` on `hp`; returns config overrides."""
+def sample(hp, space, config=None):
+    """Registers every entry of `space` on `hp`; returns config overrides.
+
+    A choice defaults to `config`'s value where that is one of the choices
+    (else to the first). KerasTuner builds its first model from the
+    defaults, to learn the space, and fills in a value a trial lacks with
+    them: with the base config's, that build reuses the run's vocabulary
+    instead of learning another one.
+    """
     values = {}
-    for name, (_, _, spec) in space.items():
+    for name, (section, field, spec) in space.items():
         if "fixed" in spec:
             values[name] = hp.Fixed(name, spec["fixed"])
         elif "values" in spec:
-            values[name] = hp.Choice(name, spec["values"])
+            current = getattr(getattr(config, section), field) if config else None
+            values[name] = hp.Choice(name, spec["values"], default=current if current in spec["values"] else None)
         elif isinstance(spec["min"], int) and isinstance(spec["max"], int):
             values[name] = hp.Int(name, spec["min"], spec["max"], step=spec.get("step", 1))
         else:
