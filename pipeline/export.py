@@ -1,15 +1,19 @@
 """SavedModel export for serving: raw strings in, class probabilities out.
 
-    python -m pipeline.export --model-dir DIR [--export-dir DIR]
+    python -m pipeline.export --model-dir DIR [DIR ...] [--export-dir DIR]
 
 re-exports a trained model from its best weights (or, failing those, its
 latest checkpoint) as `EXPORT_DIR/<version>/`, the layout TF Serving reads.
+Several model directories export one ensemble: the mean of their
+probabilities, behind the same signatures; the runs must share vocabulary,
+tokenizer settings and labels (train them with `--vocabulary-from`).
 The tokenizer runs inside the serving graph, so clients send text; loading
 the SavedModel needs `import tensorflow_text` first (its ops are in the graph).
 """
 
 import argparse
 import os
+import sys
 
 import tensorflow as tf
 
@@ -20,18 +24,29 @@ EXPORT_DIR = "export"
 
 
 class ServingModule(tf.Module):
-    """Tokenizer, model and label names, with the two serving signatures."""
+    """Tokenizer, model(s) and label names, with the two serving signatures.
 
-    def __init__(self, model, tokenizer, label_names):
+    `models` is one model or a list of them, an ensemble sharing the
+    tokenizer: `serve` returns the mean of their probabilities, `attention`
+    their maps one member after the other along the layer axis (member `m`'s
+    layer `i` at `m * num_layers + i`).
+    """
+
+    def __init__(self, models, tokenizer, label_names):
         super().__init__(name="serving")
-        self.model = model
+        self.models = list(models) if isinstance(models, (list, tuple)) else [models]
+        heads = {model.get_layer("encoder").num_heads for model in self.models}
+        if len(heads) > 1:
+            raise ValueError(f"ensemble members have {sorted(heads)} attention heads; the attention "
+                             "signature stacks their maps, which needs one head count")
         self.tokenizer = tokenizer
         # A variable, so the SavedModel keeps it as `loaded.label_names`.
         self.label_names = tf.Variable(list(label_names), trainable=False, name="label_names")
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
-        probabilities = tf.cast(self.model(self.tokenizer(text), training=False), tf.float32)
+        ids = self.tokenizer(text)
+        probabilities = _mean([tf.cast(model(ids, training=False), tf.float32) for model in self.models])
         label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         return {"probabilities": probabilities, "label_id": label_id,
                 "label": tf.gather(self.label_names, label_id)}
@@ -39,10 +54,15 @@ class ServingModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def attention(self, text):
         ids = self.tokenizer(text)
-        internals = model_internals(self.model, ids)
-        return {"attention": tf.cast(internals["attention"], tf.float32),  # (batch, layers, heads, L, L)
+        internals = [model_internals(model, ids) for model in self.models]
+        attention = tf.concat([tf.cast(i["attention"], tf.float32) for i in internals], axis=1)
+        return {"attention": attention,  # (batch, members x layers, heads, L, L)
                 "tokens": self.tokenizer.tokens(ids), "token_ids": ids,
-                "probabilities": tf.cast(internals["probabilities"], tf.float32)}
+                "probabilities": _mean([tf.cast(i["probabilities"], tf.float32) for i in internals])}
+
+
+def _mean(tensors):
+    return tensors[0] if len(tensors) == 1 else tf.add_n(tensors) / len(tensors)
 
 
 def next_version(export_root):
@@ -54,7 +74,10 @@ def next_version(export_root):
 
 
 def export_saved_model(model, tokenizer, label_names, export_root, version=None):
-    """Writes `export_root/<version>/` and returns its path."""
+    """Writes `export_root/<version>/` and returns its path.
+
+    `model`: a model, or a list of models served as their ensemble.
+    """
     version = next_version(export_root) if version is None else int(version)
     path = os.path.join(export_root, str(version))
     if os.path.exists(path):
@@ -77,15 +100,45 @@ def latest_export(path):
     return os.path.join(path, str(version))
 
 
+def restore_ensemble(model_dirs):
+    """`(models, tokenizer, label_names)` of runs that tokenize and label alike.
+
+    Averaging probabilities is only meaningful when every member reads the
+    same ids and numbers the classes the same way, so any difference in
+    vocabulary, tokenizer settings or label names is an error naming the run.
+    """
+    models, tokenizer, names = [], None, None
+    for model_dir in model_dirs:
+        model, member_tokenizer, member_names = restore_model(model_dir)
+        if tokenizer is None:
+            tokenizer, names = member_tokenizer, member_names
+        elif member_tokenizer.vocabulary != tokenizer.vocabulary:
+            raise ValueError(f"{model_dir}: its vocabulary differs from {model_dirs[0]}'s; train ensemble "
+                             f"members with --vocabulary-from {model_dirs[0]}")
+        elif member_tokenizer.settings != tokenizer.settings:
+            raise ValueError(f"{model_dir}: tokenizer settings {member_tokenizer.settings} differ from "
+                             f"{model_dirs[0]}'s {tokenizer.settings}")
+        elif member_names != names:
+            raise ValueError(f"{model_dir}: labels {member_names} differ from {model_dirs[0]}'s {names}")
+        models.append(model)
+    return models, tokenizer, names
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Re-export a trained model as a serving SavedModel.")
-    parser.add_argument("--model-dir", required=True, help="directory of a pipeline.train run")
-    parser.add_argument("--export-dir", help="export root (default MODEL_DIR/export)")
+    parser.add_argument("--model-dir", required=True, nargs="+", help="directory of a pipeline.train run; "
+                        "several export their ensemble (the mean of their probabilities)")
+    parser.add_argument("--export-dir", help="export root (default MODEL_DIR/export; required for an ensemble)")
     parser.add_argument("--version", type=int, help="version number (default: next free one)")
     args = parser.parse_args(argv)
-    model, tokenizer, names = restore_model(args.model_dir)
-    root = args.export_dir or os.path.join(args.model_dir, EXPORT_DIR)
-    print(export_saved_model(model, tokenizer, names, root, args.version))
+    if len(args.model_dir) > 1 and not args.export_dir:
+        parser.error("an ensemble of several --model-dir needs --export-dir")
+    try:
+        models, tokenizer, names = restore_ensemble(args.model_dir)
+    except ValueError as error:
+        sys.exit(f"error: {error}")
+    root = args.export_dir or os.path.join(args.model_dir[0], EXPORT_DIR)
+    print(export_saved_model(models, tokenizer, names, root, args.version))
 
 
 if __name__ == "__main__":

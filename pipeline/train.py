@@ -27,25 +27,29 @@ from pipeline.model import build_model
 from pipeline.pretrain import initialize_from
 from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
-from pipeline.tokenizer import Tokenizer
+from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, Trainer, TrainingError, build_optimizer
 
 METRICS_FILE = "metrics.json"
 
 
 def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu=None,
-                       strategy=None, export=True, init_from=None):
+                       strategy=None, export=True, init_from=None, vocabulary_from=None):
     """Trains `config` on the files given (the demo corpus without any).
 
     `strategy` overrides the one `resolve_strategy(tpu)` picks; `init_from`
     is a `pipeline.pretrain` run whose vocabulary, embeddings and encoder
-    the classifier starts from. Returns the final evaluation report (also
-    written to `metrics.json`).
+    the classifier starts from; `vocabulary_from` a run whose vocabulary
+    alone it takes (ensemble members share one). Returns the final
+    evaluation report (also written to `metrics.json`).
     """
+    if init_from and vocabulary_from:
+        raise ValueError("--init-from brings its own vocabulary; leave out --vocabulary-from")
     strategy = strategy or resolve_strategy(tpu)
     precision = configure_runtime(config, tpu)
-    config, names, tokenizer, train, evaluation = prepare_run(config, model_dir, train_paths, eval_paths,
-                                                              vocabulary_from=init_from, strategy=strategy)
+    config, names, tokenizer, train, evaluation = prepare_run(
+        config, model_dir, train_paths, eval_paths, vocabulary_from=init_from or vocabulary_from,
+        strategy=strategy)
     filled = int((train.ids[:, -1] != 0).sum())  # truncated, or exactly max_length long
     print(f"{len(train)} training and {len(evaluation)} evaluation examples, "
           f"{len(names)} classes, vocabulary of {len(tokenizer.vocabulary)}, max length "
@@ -136,6 +140,9 @@ def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None)
     # and settings) unless the chief's is there already.
     if run_dir.has_vocabulary(model_dir):
         return load_label_names(model_dir), Tokenizer.load(model_dir)
+    if vocabulary_from and not os.path.exists(os.path.join(vocabulary_from, VOCABULARY_FILE)):
+        raise ValueError(f"{vocabulary_from}: no {VOCABULARY_FILE}; not a pipeline.train or pipeline.pretrain "
+                         "directory")
     reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
     names, tokenizer = learn_vocabulary(train_examples, config.data, config.model.max_length, reuse)
     run_dir.save_vocabulary(output, tokenizer, names)
@@ -167,6 +174,8 @@ def parse_args(argv=None):
                         help="train on a TPU: 'local' (a TPU VM, the default) or a TPU name/address")
     parser.add_argument("--init-from", help="a pipeline.pretrain directory: start from its vocabulary, "
                         "embeddings and encoder")
+    parser.add_argument("--vocabulary-from", help="a pipeline.train or pipeline.pretrain directory: use its "
+                        "vocabulary instead of learning one (members of an ensemble must share it)")
     flags = {  # flag: (config section, field, type)
         "text-column": ("data", "text_column", str), "label-column": ("data", "label_column", str),
         "tokenizer": ("data", "tokenizer", str), "max-length": ("model", "max_length", int),
@@ -199,7 +208,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args, config = parse_args(argv)
     try:
-        train_and_evaluate(config, args.model_dir, args.train, args.eval, args.tpu, init_from=args.init_from)
+        train_and_evaluate(config, args.model_dir, args.train, args.eval, args.tpu, init_from=args.init_from,
+                           vocabulary_from=args.vocabulary_from)
     except (DataError, TPUUnavailableError, TrainingError, ValueError) as error:
         sys.exit(f"error: {error}")
 

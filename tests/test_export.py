@@ -1,9 +1,11 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from pipeline.export import latest_export, next_version
@@ -109,3 +111,71 @@ def test_serving_signatures_call_no_xla(exported):
     assert len(signatures) == 2  # serving_default, attention
     assert xla_compiled_ops(graph_def, signatures) == []
     assert xla_compiled_ops(graph_def, functions)  # the walk does find the gradient's
+
+
+ENSEMBLE_MEMBER = {  # a few seconds of training each on the demo corpus
+    "model": {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
+              "num_heads": 2, "intermediate_size": 64},
+    "data": {"tokenizer": "word", "min_count": 1},
+    "train": {"batch_size": 32, "epochs": 1, "learning_rate": 3e-3},
+}
+SENTENCES = ["our team beat their team", "the food was good but the room was awful", "", "北京"]
+
+
+def test_an_ensemble_of_runs_serves_the_mean_of_their_probabilities(tmp_path):
+    from pipeline.config import Config
+    from pipeline.demo_corpus import write_demo_corpus
+    from pipeline.export import main as export_main
+    from pipeline.model import model_internals
+    from pipeline.model_dir import restore_model
+    from pipeline.train import train_and_evaluate
+
+    corpus = write_demo_corpus(tmp_path / "corpus", train_size=640, test_size=100)
+    other_corpus = write_demo_corpus(tmp_path / "other", train_size=200, test_size=100, seed=1)
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+
+    def member(model_dir, seed, data, **kwargs):
+        config = Config.from_dict({**ENSEMBLE_MEMBER, "train": {**ENSEMBLE_MEMBER["train"], "seed": seed}})
+        train_and_evaluate(config, model_dir, *data, export=False, **kwargs)
+
+    member(first, 1, corpus)
+    # The second learns nothing from its own (smaller) corpus: it takes the first's vocabulary.
+    member(second, 2, other_corpus, vocabulary_from=first)
+    with open(os.path.join(first, "vocab.txt")) as a, open(os.path.join(second, "vocab.txt")) as b:
+        vocabulary = a.read()
+        assert b.read() == vocabulary
+    member(str(tmp_path / "own"), 2, other_corpus)
+    with open(tmp_path / "own" / "vocab.txt") as own:
+        assert own.read() != vocabulary  # what the flag saved the second run from
+
+    export_main(["--model-dir", first, second, "--export-dir", str(tmp_path / "ensemble")])
+    path = str(tmp_path / "ensemble" / "1")
+    served = json.loads(_run(LOAD_AND_SERVE, path, json.dumps(SENTENCES)))
+    members = [restore_model(d) for d in (first, second)]
+    ids = members[0][1](tf.constant(SENTENCES))
+    each = [np.asarray(model(ids)) for model, _, _ in members]
+    probabilities = np.asarray(served["probabilities"])
+    np.testing.assert_allclose(probabilities, (each[0] + each[1]) / 2, atol=1e-5)
+    assert min(np.abs(probabilities - p).max() for p in each) > 1e-3  # neither member alone
+    assert served["label"] == [members[0][2][i] for i in np.argmax(probabilities, -1)]
+    assert served["attention_shape"] == [2, 4, 2, 16, 16]  # (batch, members x layers, heads, L, L)
+    attention = tf.saved_model.load(path).signatures["attention"](text=tf.constant(SENTENCES[:2]))
+    for index, (model, _, _) in enumerate(members):
+        np.testing.assert_allclose(attention["attention"][:, 2 * index:2 * index + 2],
+                                   model_internals(model, ids[:2])["attention"], atol=1e-6)
+
+    # Runs that read other ids, or number the classes otherwise, are refused by name.
+    for name, edit in [("vocab.txt", lambda text: text.replace("\nteam\n", "\nsquad\n")),
+                       ("labels.json", lambda text: json.dumps(list(reversed(json.loads(text)))))]:
+        edited = tmp_path / f"edited_{name}"
+        shutil.copytree(second, edited)
+        with open(edited / name) as f:
+            text = f.read()
+        assert edit(text) != text
+        with open(edited / name, "w") as f:
+            f.write(edit(text))
+        with pytest.raises(SystemExit, match=f"edited_{name}"):
+            export_main(["--model-dir", first, str(edited), "--export-dir", str(tmp_path / "refused")])
+    assert not os.path.exists(tmp_path / "refused")
+    with pytest.raises(ValueError, match="own vocabulary"):
+        member(str(tmp_path / "both"), 3, corpus, vocabulary_from=first, init_from=first)
