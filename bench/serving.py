@@ -1,13 +1,14 @@
 """Serving latency and throughput of the exported SavedModel, on this machine.
 
-    .venv/bin/python bench/serving.py [--calls 300] [--out bench/results/serving.json]
+    .venv/bin/python bench/serving.py [--calls 300] [--members K] [--out bench/results/serving.json]
 
 Exports the default model (vocabulary learned from the demo corpus; weights
 do not change the cost) and measures in one process, alternating A/B:
   - p50/p99 latency of one-string calls to `serving_default` (tokenizer in
     the graph) against the bare Keras model on pre-tokenized ids;
   - throughput in batches of 256 strings against 256 pre-tokenized rows;
-and prints their ratios.
+and prints their ratios. With `--members K`, the SavedModel is an ensemble of K
+such models (`pipeline.export --model-dir` with K runs), the bare model one.
 """
 
 import argparse
@@ -42,6 +43,7 @@ def timed(function, argument, calls):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--members", type=int, default=1, help="export an ensemble of this many models")
     parser.add_argument("--out", default=os.path.join("bench", "results", "serving.json"))
     args = parser.parse_args()
     config = Config()
@@ -49,9 +51,10 @@ def main():
     tokenizer = Tokenizer.learn(texts, max_length=128)  # a common fixed length for serving figures
     config.model.vocabulary_size, config.model.num_classes = len(tokenizer.vocabulary), 2
     config.model.max_length = tokenizer.max_length
-    model = build_model(config.model)
+    models = [build_model(config.model) for _ in range(args.members)]
+    model = models[0]
     with tempfile.TemporaryDirectory() as directory:
-        path = export_saved_model(model, tokenizer, ["negative", "positive"], directory)
+        path = export_saved_model(models, tokenizer, ["negative", "positive"], directory)
         serve = tf.saved_model.load(path).signatures["serving_default"]
         bare = tf.function(lambda ids: model(ids, training=False))
         one_text, batch_texts = tf.constant(texts[:1]), tf.constant(texts[:256])
@@ -64,6 +67,7 @@ def main():
             results["bare_batch"] = timed(bare, batch_ids, args.calls // 10)
     summary = {
         "max_length": config.model.max_length,
+        "members": args.members,
         "served_p50_ms": 1e3 * np.percentile(results["served_one"], 50),
         "served_p99_ms": 1e3 * np.percentile(results["served_one"], 99),
         "bare_p50_ms": 1e3 * np.percentile(results["bare_one"], 50),
