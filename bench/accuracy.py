@@ -118,15 +118,11 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, init_
     `whole_split`: train on the whole training split and keep the last epoch
     (`train.keep_best_epoch` false), as keras-hub's arm does; the test split is
     then the evaluation files, reported on after every epoch, never choosing."""
-    from pipeline.config import Config, override
     from pipeline.export import EXPORT_DIR
     from pipeline.train import train_and_evaluate
 
-    config = override(Config(), overrides or {})
-    if epochs is not None:
-        config = override(config, {"train": {"epochs": epochs}})
+    config = run_config(overrides, epochs, whole_split)
     if whole_split:
-        config = override(config, {"train": {"keep_best_epoch": False}})
         fit_path, validation_path = train_path, test_path
     else:
         fit_path, validation_path = validation_split(train_path, os.path.dirname(directory))
@@ -135,6 +131,19 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, init_
     if not whole_split:
         result["validation_accuracy"] = report["accuracy"]
     return result
+
+
+def run_config(overrides, epochs, whole_split):
+    """This project's config: defaults, `--config` overrides, `--epochs`, and
+    with `whole_split` the last epoch kept (the evaluation files choose nothing)."""
+    from pipeline.config import Config, override
+
+    config = override(Config(), overrides or {})
+    if epochs is not None:
+        config = override(config, {"train": {"epochs": epochs}})
+    if whole_split:
+        config = override(config, {"train": {"keep_best_epoch": False}})
+    return config
 
 
 def score_export(path, test_path):
@@ -154,17 +163,16 @@ def this_project_ensemble(train_path, test_path, directory, epochs, overrides, s
     """One run per seed on the whole training split (last epoch, as `whole_split`),
     the first learning the vocabulary and the others taking it (`--vocabulary-from`),
     exported as one ensemble (`pipeline.export --model-dir ...`) and scored."""
-    from pipeline.config import Config, override
-    from pipeline.export import export_saved_model, restore_ensemble
+    from pipeline.config import override
+    from pipeline.export import EXPORT_DIR, export_saved_model, restore_ensemble
     from pipeline.train import train_and_evaluate
 
-    config = override(Config(), overrides or {})
-    config = override(config, {"train": {"keep_best_epoch": False, **({"epochs": epochs} if epochs else {})}})
+    config = run_config(overrides, epochs, whole_split=True)
     members = [os.path.join(directory, f"seed_{seed}") for seed in seeds]
     for member, seed in zip(members, seeds):
         train_and_evaluate(override(config, {"train": {"seed": seed}}), member, train_path, test_path, export=False,
                            vocabulary_from=members[0] if member != members[0] else None)
-    path = export_saved_model(*restore_ensemble(members), os.path.join(directory, "export"))
+    path = export_saved_model(*restore_ensemble(members), os.path.join(directory, EXPORT_DIR))
     return {**score_export(path, test_path), "epochs": config.train.epochs, "seeds": list(seeds)}
 
 
