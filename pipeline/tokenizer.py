@@ -17,8 +17,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
-from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
 
+from pipeline import wordpiece_learner
 from pipeline.config import DataConfig
 
 _DEFAULTS = DataConfig()  # the data section's defaults are the tokenizer's
@@ -131,8 +131,9 @@ class Tokenizer(tf.Module):
 
         Word vocabulary: words seen at least `min_count` times, most frequent
         first, at most `vocabulary_size` entries with the reserved tokens;
-        everything else maps to [UNK]. WordPiece: tensorflow-text's learner,
-        with `min_count` as its lowest frequency threshold. `max_length=0`
+        everything else maps to [UNK]. WordPiece: tensorflow-text's learner
+        (its algorithm, counted faster: `pipeline.wordpiece_learner`), with
+        `min_count` as its lowest frequency threshold. `max_length=0`
         derives the length from the texts (see `fitting_length`).
         """
         probe = cls(list(RESERVED_TOKENS), "word", max_length, lower_case, normalization_form)
@@ -145,7 +146,7 @@ class Tokenizer(tf.Module):
                               key=lambda w: (-counts[w], w))
             vocabulary = list(RESERVED_TOKENS) + frequent[: vocabulary_size - len(RESERVED_TOKENS)]
         else:
-            learned = wordpiece_tokenizer_learner_lib.learn(
+            learned = wordpiece_learner.learn(
                 counts, vocabulary_size, list(RESERVED_TOKENS),
                 lower_thresh=max(1, min_count), max_unique_chars=vocabulary_size)
             vocabulary = list(RESERVED_TOKENS) + [t for t in learned if t not in RESERVED_TOKENS]
