@@ -20,29 +20,31 @@ seconds instead of about two minutes.
 """
 
 import collections
+import inspect
 
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as lib
 
 
-def learn(word_counts, vocab_size, reserved_tokens, upper_thresh=int(1e7), lower_thresh=10,
-          num_iterations=4, max_input_tokens=int(5e6), max_token_length=50, max_unique_chars=1000,
-          slack_ratio=0.05, include_joiner_token=True, joiner="##"):
+def learn(word_counts, vocab_size, reserved_tokens, **options):
     """The vocabulary `wordpiece_tokenizer_learner_lib.learn` returns for the
-    same arguments (the same names and defaults), a list of strings."""
+    same arguments, a list of strings; `options` and their defaults are the
+    library's (`lower_thresh`, `max_unique_chars`, ...)."""
+    arguments = inspect.signature(lib.learn).bind(word_counts, vocab_size, reserved_tokens, **options)
+    arguments.apply_defaults()
+    arguments = arguments.arguments
     if isinstance(word_counts, dict):
         word_counts = word_counts.items()
-    params = lib.Params(upper_thresh, lower_thresh, num_iterations, max_input_tokens, max_token_length,
-                        max_unique_chars, vocab_size, slack_ratio, include_joiner_token, joiner,
-                        reserved_tokens)
-    upper, lower = lib.get_search_threshs(word_counts, upper_thresh, lower_thresh)
-    words = lib.get_input_words(word_counts, reserved_tokens, max_token_length)
-    words = lib.filter_input_words(words, lib.get_allowed_chars(words, max_unique_chars), max_input_tokens)
+    params = lib.Params(*(arguments[field] for field in lib.Params._fields))
+    upper, lower = lib.get_search_threshs(word_counts, params.upper_thresh, params.lower_thresh)
+    words = lib.get_input_words(word_counts, reserved_tokens, params.max_token_length)
+    words = lib.filter_input_words(words, lib.get_allowed_chars(words, params.max_unique_chars),
+                                   params.max_input_tokens)
     # The library's `learn_binary_search`, as a loop.
     while True:
         thresh = (upper + lower) // 2
         vocabulary = learn_with_thresh(words, thresh, params)
         size = len(vocabulary)
-        if (size <= vocab_size and vocab_size - size <= max(slack_ratio * vocab_size, 0)) \
+        if (size <= vocab_size and vocab_size - size <= max(params.slack_ratio * vocab_size, 0)) \
                 or lower >= upper or thresh <= 1:
             return vocabulary
         if size > vocab_size:
