@@ -217,7 +217,6 @@ def keras_hub_albert(train_path, test_path, epochs, config):
     its dimensions, max length, vocabulary settings, seed and optimizer."""
     import keras
     import keras_hub
-    import numpy as np
     from sklearn.metrics import f1_score
 
     from pipeline.dataset import learn_vocabulary, load_split
@@ -294,7 +293,8 @@ def main():
         json.dump(predictions, f)
     test_labels = read(test_path)[1]
     for name in results:  # every arm against TF-IDF, this project's against keras-hub too
-        for baseline in ("tfidf_logistic_regression", "keras_hub_albert")[:2 if name.startswith("this") else 1]:
+        baselines = ["tfidf_logistic_regression"] + (["keras_hub_albert"] if name.startswith("this_project") else [])
+        for baseline in baselines:
             if baseline in results and name != baseline:
                 results[name][f"vs_{baseline}"] = compare(test_labels, predictions[name], predictions[baseline])
     print(f"\n{'':<28}{'accuracy':>10}{'macro-F1':>10}{'seconds':>10}   accuracy minus TF-IDF's, 95% interval")
