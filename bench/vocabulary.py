@@ -5,35 +5,25 @@
 
 On the training texts of `bench/accuracy.py`'s tweet corpus (the 27,473 its
 default run learns from; fetched into the cache as that script does), counts
-the words once as `Tokenizer.learn` does, then for each vocabulary size times
-`wordpiece_tokenizer_learner_lib.learn` and `pipeline.wordpiece_learner.learn`
-with the arguments `Tokenizer.learn` passes, alternated, and checks that
-they return the same vocabulary.
+the words once (`count_words`, as `Tokenizer.learn` does), then for each
+vocabulary size times `wordpiece_vocabulary` (what `Tokenizer.learn` calls)
+with `wordpiece_tokenizer_learner_lib.learn` and with
+`pipeline.wordpiece_learner.learn`, alternated, and checks that they return
+the same vocabulary.
 """
 
 import argparse
-import collections
 import os
 import time
 
 from common import write_results  # sets up the path and TF's logging
 
-import tensorflow as tf  # noqa: E402
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as library  # noqa: E402
 
 from accuracy import fetch_corpus, read, validation_cut  # noqa: E402
 from pipeline import wordpiece_learner  # noqa: E402
 from pipeline.config import DataConfig  # noqa: E402
-from pipeline.tokenizer import RESERVED_TOKENS, Tokenizer  # noqa: E402
-
-
-def word_counts(texts, data):
-    """The word counts `Tokenizer.learn` hands the learner."""
-    probe = Tokenizer(list(RESERVED_TOKENS), "word", 128, data.lower_case, data.normalization_form)
-    counts = collections.Counter()
-    for batch in tf.data.Dataset.from_tensor_slices(texts).batch(4096):
-        counts.update(probe.words(batch).flat_values.numpy())
-    return {word.decode("utf-8"): count for word, count in counts.items()}
+from pipeline.tokenizer import count_words, wordpiece_vocabulary  # noqa: E402
 
 
 def main():
@@ -45,7 +35,7 @@ def main():
     texts = read(fetch_corpus(args.cache)[0])[0]
     texts = texts[:validation_cut(len(texts))]
     data = DataConfig()
-    counts = word_counts(texts, data)
+    counts = count_words(texts, data.lower_case, data.normalization_form)
     results = {"texts": len(texts), "distinct_words": len(counts), "sizes": {}}
     print(f"{len(texts)} texts, {len(counts)} distinct words, {sum(counts.values())} in all")
     print(f"{'size':>8}{'entries':>9}{'tensorflow-text s':>19}{'this project s':>16}{'speed-up':>10}  same")
@@ -53,8 +43,7 @@ def main():
         timed = {}
         for name, learn in (("tensorflow_text", library.learn), ("this_project", wordpiece_learner.learn)):
             start = time.perf_counter()
-            vocabulary = learn(counts, size, list(RESERVED_TOKENS), lower_thresh=max(1, data.min_count),
-                               max_unique_chars=size)
+            vocabulary = wordpiece_vocabulary(counts, size, data.min_count, learn)
             timed[name] = (time.perf_counter() - start, vocabulary)
         same = timed["tensorflow_text"][1] == timed["this_project"][1]
         seconds = {name: value[0] for name, value in timed.items()}

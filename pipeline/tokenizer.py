@@ -47,6 +47,26 @@ def first_words(word_ids, pieces):
     return tf.ragged.boolean_mask(word_ids, fits)
 
 
+def count_words(texts, lower_case=_DEFAULTS.lower_case, normalization_form=_DEFAULTS.normalization_form):
+    """`{word: count}` of `texts` (a list of strings), split as `Tokenizer.words` splits them."""
+    probe = Tokenizer(list(RESERVED_TOKENS), "word", LONGEST, lower_case, normalization_form)
+    counts = collections.Counter()
+    for batch in tf.data.Dataset.from_tensor_slices(texts).batch(4096):
+        counts.update(probe.words(batch).flat_values.numpy())
+    return {word.decode("utf-8"): count for word, count in counts.items()}
+
+
+def wordpiece_vocabulary(counts, vocabulary_size, min_count, learn=wordpiece_learner.learn):
+    """The WordPiece vocabulary of word `counts`, reserved tokens first.
+
+    `learn`: the learner (tensorflow-text's `wordpiece_tokenizer_learner_lib.learn`
+    takes the same arguments and returns the same vocabulary, more slowly).
+    """
+    learned = learn(counts, vocabulary_size, list(RESERVED_TOKENS),
+                    lower_thresh=max(1, min_count), max_unique_chars=vocabulary_size)
+    return list(RESERVED_TOKENS) + [t for t in learned if t not in RESERVED_TOKENS]
+
+
 class Tokenizer(tf.Module):
     """Maps a batch of strings to int32 ids `(batch, max_length)`.
 
@@ -136,20 +156,13 @@ class Tokenizer(tf.Module):
         `min_count` as its lowest frequency threshold. `max_length=0`
         derives the length from the texts (see `fitting_length`).
         """
-        probe = cls(list(RESERVED_TOKENS), "word", max_length, lower_case, normalization_form)
-        counts = collections.Counter()
-        for batch in tf.data.Dataset.from_tensor_slices(texts).batch(4096):
-            counts.update(probe.words(batch).flat_values.numpy())
-        counts = {word.decode("utf-8"): count for word, count in counts.items()}
+        counts = count_words(texts, lower_case, normalization_form)
         if kind == "word":
             frequent = sorted((w for w, c in counts.items() if c >= min_count),
                               key=lambda w: (-counts[w], w))
             vocabulary = list(RESERVED_TOKENS) + frequent[: vocabulary_size - len(RESERVED_TOKENS)]
         else:
-            learned = wordpiece_learner.learn(
-                counts, vocabulary_size, list(RESERVED_TOKENS),
-                lower_thresh=max(1, min_count), max_unique_chars=vocabulary_size)
-            vocabulary = list(RESERVED_TOKENS) + [t for t in learned if t not in RESERVED_TOKENS]
+            vocabulary = wordpiece_vocabulary(counts, vocabulary_size, min_count)
         tokenizer = cls(vocabulary, kind, max_length or LONGEST, lower_case, normalization_form)
         if not max_length:
             tokenizer.settings["max_length"] = tokenizer.fitting_length(texts)
