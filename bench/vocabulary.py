@@ -28,8 +28,9 @@ from pipeline.tokenizer import count_words, wordpiece_vocabulary  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", default=os.path.join("bench", "cache"))
-    parser.add_argument("--sizes", type=lambda v: [int(s) for s in v.split(",")], default=[2000, 4000, 8000, 16000])
+    parser.add_argument("--cache", default=os.path.join("bench", "cache"), help="where the corpus is fetched to")
+    parser.add_argument("--sizes", type=lambda v: [int(s) for s in v.split(",")], default=[2000, 4000, 8000, 16000],
+                        help="comma-separated vocabulary sizes to learn")
     parser.add_argument("--out", default=os.path.join("bench", "results", "vocabulary.json"))
     args = parser.parse_args()
     texts = read(fetch_corpus(args.cache)[0])[0]
