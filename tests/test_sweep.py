@@ -50,7 +50,7 @@ def test_choices_default_to_the_base_config_where_it_is_one():
     hp = keras_tuner.HyperParameters()
     sample(hp, SEARCH_SPACE, Config.from_dict({"data": {"vocabulary_size": 8000}, "train": {"batch_size": 64}}))
     assert hp.values["vocabulary_size"] == 8000 and hp.values["batch_size"] == 64
-    assert hp.values["embedding_size"] == 128  # the default config's, not the first choice (64)
+    assert hp.values["embedding_size"] == 256  # the default config's, not the first choice (64)
     assert hp.values["intermediate_multiple"] == 2  # 512 is not a multiple: the first choice
     assert sample(keras_tuner.HyperParameters(), SEARCH_SPACE)["data"]["vocabulary_size"] == 2000
 

@@ -18,7 +18,7 @@ _DEFAULTS = ModelConfig()  # for the multiples when a space leaves out their bas
 # name: (config section, config field, spec). Choices keep hidden_size
 # divisible by every num_heads choice (64 / 8 = 8 dims per head at least).
 SEARCH_SPACE = {
-    "embedding_size": ("model", "embedding_size", {"values": [64, 128, 256]}),
+    "embedding_size": ("model", "embedding_size", {"values": [64, 128, 256, 512]}),
     "hidden_size": ("model", "hidden_size", {"values": [128, 256, 384, 512]}),
     "num_heads": ("model", "num_heads", {"values": [2, 4, 8]}),
     "num_layers": ("model", "num_layers", {"min": 2, "max": 12, "step": 2}),
