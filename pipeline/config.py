@@ -24,10 +24,11 @@ class ModelConfig:
     max_length: int = 0
     # E: width of the V x E embedding table (ALBERT-base: 128). Wider than
     # H it adds no rank (the E x H projection caps it at H), only weights
-    # that train differently, and that helped: on 27k tweets (bench/accuracy.py's split, 3 epochs, seeds
-    # 42 / 2 / 7) E 256 reached validation accuracy 0.7612 / 0.7586 / 0.7612
-    # and test accuracy 0.7609 / 0.7590 / 0.7596, E 128 0.7586 / 0.7579 /
-    # 0.7553 and 0.7588 / 0.7535 / 0.7551; E 512 was no better than 256.
+    # that train differently, and that helped: on 27k tweets
+    # (bench/accuracy.py's split, 3 epochs, seeds 42 / 2 / 7) E 256 reached
+    # validation accuracy 0.7612 / 0.7586 / 0.7612 and test accuracy
+    # 0.7609 / 0.7590 / 0.7596, E 128 0.7586 / 0.7579 / 0.7553 and
+    # 0.7588 / 0.7535 / 0.7551; E 512 was no better than 256.
     embedding_size: int = 256
     # H: width of the Transformer; E x H projects embeddings to it. Small
     # labelled corpora do not need more: on 27k tweets (bench/accuracy.py's
