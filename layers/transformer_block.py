@@ -93,7 +93,7 @@ class TransformerBlock(keras.layers.Layer):
         self.attention_norm = self._layer_norm("attention_norm", input_shape)
         self.intermediate = keras.layers.Dense(
             self.intermediate_size,
-            activation=_with_fused_gradient(self.activation),
+            activation=None,  # applied in `call`, which knows `training`
             kernel_initializer=initializer,
             dtype=self.dtype_policy,
             name="intermediate",
@@ -142,13 +142,25 @@ class TransformerBlock(keras.layers.Layer):
             x = self.attention_norm(x)  # (batch, length, hidden)
 
         y = self.output_norm(x) if self.norm_first else x
-        y = self.output_dense(self.intermediate(y))  # (batch, length, hidden)
+        y = self._activate(self.intermediate(y), training)  # (batch, length, intermediate)
+        y = self.output_dense(y)  # (batch, length, hidden)
         outputs = x + self.dropout(y, training=training)
         if not self.norm_first:
             outputs = self.output_norm(outputs)
         if return_attention_scores:
             return outputs, scores
         return outputs
+
+    def _activate(self, x, training):
+        """The feed-forward activation. Keras's exact GELU becomes the same
+        function with a written-out gradient, compiled in training (one XLA
+        pass each way) and in TensorFlow's kernels otherwise: exports call no
+        XLA, which TensorFlow Serving runs only behind an experimental flag."""
+        if self.activation is not keras.activations.gelu:
+            return self.activation(x)
+        if training is True:
+            return fused_gradients.gelu_compiled(x)
+        return fused_gradients.gelu(x)
 
     def _attend(self, x, attention_mask, return_attention_scores):
         """Self-attention with `self.attention`'s weights, in batched matmuls.
@@ -204,10 +216,3 @@ class TransformerBlock(keras.layers.Layer):
             }
         )
         return config
-
-
-def _with_fused_gradient(activation):
-    """Keras's exact GELU becomes the same function with a written-out gradient."""
-    if activation is keras.activations.gelu:
-        return fused_gradients.gelu
-    return activation

@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 
 from graph_helper import xla_compiled_ops
-from layers.fused_gradients import gelu
+from layers.fused_gradients import gelu, gelu_compiled
 
 
 def _value_and_gradient(function, x):
@@ -54,6 +54,27 @@ def test_gelu_gradient_runs_compiled_in_graphs_of_unknown_shape_and_bfloat16():
     expected = _gelu_derivative(tf.cast(x, tf.float32).numpy().ravel())
     np.testing.assert_allclose(got, expected, rtol=1e-2, atol=1e-2)
     assert xla_compiled_ops(gradient.get_concrete_function().graph.as_graph_def())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_compiled_gelu_equals_gelu_in_values_and_gradients(dtype):
+    # The training graphs' variant: forward and gradient in one XLA pass each,
+    # computed in float32 and rounded once to `dtype`.
+    x = tf.constant(np.linspace(-6.0, 6.0, 241).reshape(1, 241), dtype)
+    upstream = tf.constant(np.cos(np.arange(241.0)).reshape(1, 241), dtype)
+    results = []
+    for function in (gelu, gelu_compiled):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = function(x)
+        results.append([tf.cast(v, tf.float32).numpy() for v in (y, tape.gradient(y, x, upstream))])
+    tolerance = {"float32": 1e-6, "bfloat16": 1e-2}[dtype]  # bfloat16: 8 bits of mantissa
+    for compiled, reference in zip(results[1], results[0]):
+        np.testing.assert_allclose(compiled, reference, rtol=tolerance, atol=tolerance)
+    exact = x.numpy().astype("float64") * 0.5 * (1 + np.vectorize(__import__("math").erf)(x.numpy() / np.sqrt(2)))
+    np.testing.assert_allclose(results[1][0].ravel(), exact.ravel(), rtol=tolerance, atol=tolerance)
+    compiled = tf.function(gelu_compiled).get_concrete_function(tf.TensorSpec([None, 241], dtype))
+    assert xla_compiled_ops(compiled.graph.as_graph_def())
 
 
 def test_gelu_forward_graph_holds_no_xla_call():

@@ -1,4 +1,5 @@
 import numpy as np
+from graph_helper import xla_compiled_ops
 from layer_test_helper import run_layer_test
 
 from layers import TransformerBlock
@@ -53,3 +54,20 @@ def test_attention_equals_keras_multi_head_attention():
             results.append([output, scores] + gradients)
         for ours, keras_value in zip(*results):
             np.testing.assert_allclose(ours, keras_value, rtol=1e-5, atol=1e-6)
+
+
+def test_feed_forward_runs_compiled_in_training_only():
+    # Training graphs get the compiled GELU; inference graphs (what an
+    # export traces) call no XLA, and both compute the same function.
+    import tensorflow as tf
+
+    block = TransformerBlock(num_heads=2, intermediate_size=16)
+    x = tf.constant(_inputs())
+    graphs, outputs = {}, {}
+    for training in (True, False):
+        function = tf.function(lambda v, training=training: block(v, training=training))
+        outputs[training] = function(x).numpy()  # no dropout: the same values
+        graphs[training] = function.get_concrete_function(x).graph.as_graph_def()
+    assert xla_compiled_ops(graphs[True])
+    assert xla_compiled_ops(graphs[False]) == []
+    np.testing.assert_allclose(outputs[True], outputs[False], rtol=1e-5, atol=1e-6)
