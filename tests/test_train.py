@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from process_helper import free_port
+from process_helper import free_ports
 
 from pipeline.config import Config
 from pipeline.dataset import Split, load_split, tokenize, train_dataset
@@ -164,20 +164,38 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus):
 
 
 def _start_workers(model_dir, corpus, config_path):
-    """Two `pipeline.train` processes of one MultiWorkerMirroredStrategy cluster on 127.0.0.1."""
-    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
-    return [subprocess.Popen(
-        _train_command(model_dir, corpus, config_path), cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-                 TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})))
-        for index in range(2)]
+    """Two `pipeline.train` processes of one MultiWorkerMirroredStrategy cluster on
+    127.0.0.1; each writes its output to `model_dir` + `.worker<index>.log`."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    workers = []
+    for index in range(2):
+        with open(f"{model_dir}.worker{index}.log", "w") as log:  # the child keeps its own handle
+            workers.append(subprocess.Popen(
+                _train_command(model_dir, corpus, config_path), cwd=ROOT, stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                         TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))))
+        workers[-1].log = log.name
+    return workers
 
 
-def _finish(workers):
-    outputs = [worker.communicate(timeout=300)[0] for worker in workers]
-    for worker, output in zip(workers, outputs):
-        assert worker.returncode == 0, output[-3000:]
+def _finish(workers, timeout=300):
+    """The workers' outputs once all have succeeded. When one fails, the others
+    would wait for it forever: they are stopped, and its output is the error."""
+    deadline = time.time() + timeout
+    while any(worker.poll() is None for worker in workers):
+        if any(worker.returncode for worker in workers) or time.time() > deadline:
+            for worker in workers:
+                worker.kill()
+                worker.wait()
+            break
+        time.sleep(0.1)
+    outputs = []
+    for worker in workers:
+        with open(worker.log) as f:
+            outputs.append(f.read())
+    for index, (worker, output) in enumerate(zip(workers, outputs)):
+        assert worker.returncode == 0, f"worker {index} (exit status {worker.returncode}):\n{output[-3000:]}"
     return outputs
 
 
@@ -207,7 +225,7 @@ def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(t
         time.sleep(0.02)
     for worker in workers:
         worker.send_signal(signal.SIGKILL)
-        worker.communicate()
+        worker.wait()
     assert not os.path.exists(os.path.join(killed_dir, "metrics.json"))
     outputs = _finish(_start_workers(killed_dir, corpus, config_path))
     assert all("Resuming from the checkpoint at step" in output for output in outputs)
