@@ -194,8 +194,10 @@ def _finish(workers, timeout=300):
     for worker in workers:
         with open(worker.log) as f:
             outputs.append(f.read())
-    for index, (worker, output) in enumerate(zip(workers, outputs)):
-        assert worker.returncode == 0, f"worker {index} (exit status {worker.returncode}):\n{output[-3000:]}"
+    # Every failed worker's output: the one that failed first, not only one stopped here.
+    assert all(worker.returncode == 0 for worker in workers), "\n".join(
+        f"worker {index} (exit status {worker.returncode}):\n{output[-3000:]}"
+        for index, (worker, output) in enumerate(zip(workers, outputs)) if worker.returncode)
     return outputs
 
 
