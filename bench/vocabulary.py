@@ -31,7 +31,8 @@ def main():
     parser.add_argument("--cache", default=os.path.join("bench", "cache"), help="where the corpus is fetched to")
     parser.add_argument("--sizes", type=lambda v: [int(s) for s in v.split(",")], default=[2000, 4000, 8000, 16000],
                         help="comma-separated vocabulary sizes to learn")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "vocabulary.json"))
+    parser.add_argument("--out", default=os.path.join("bench", "results", "vocabulary.json"),
+                        help="JSON of both learners' times and whether their vocabularies are equal, per size")
     args = parser.parse_args()
     texts = read(fetch_corpus(args.cache)[0])[0]
     texts = texts[:validation_cut(len(texts))]
