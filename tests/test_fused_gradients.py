@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from graph_helper import xla_compiled_ops
-from layers.fused_gradients import gelu, gelu_compiled
+from layers.fused_gradients import dense, gelu, gelu_compiled
 
 
 def _value_and_gradient(function, x):
@@ -82,3 +82,37 @@ def test_gelu_forward_graph_holds_no_xla_call():
     # experimental flag.
     forward = tf.function(gelu).get_concrete_function(tf.TensorSpec([None, 8], tf.float32))
     assert xla_compiled_ops(forward.graph.as_graph_def()) == []
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_dense_equals_keras_dense_in_values_and_gradients(policy):
+    # The feed-forward's training projection: Dense's values and gradients
+    # (input, kernel, bias), its input gradient through a compiled transpose.
+    import keras
+
+    layer = keras.layers.Dense(16, bias_initializer="glorot_uniform", dtype=policy)
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(2, 5, 8)), layer.compute_dtype)
+    upstream = tf.constant(rng.normal(size=(2, 5, 16)), layer.compute_dtype)
+    layer.build(x.shape)
+    results = []
+    for function in (layer, lambda v: dense(v, layer.kernel, layer.bias)):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = function(x)
+        gradients = tape.gradient(y, [x, layer.kernel.value, layer.bias.value], upstream)
+        assert y.dtype == x.dtype and gradients[1].dtype == tf.float32
+        results.append([tf.cast(v, tf.float32).numpy() for v in [y, *gradients]])
+    tolerance = {"float32": 1e-5, "mixed_bfloat16": 2e-2}[policy]
+    for ours, keras_value in zip(*results):
+        np.testing.assert_allclose(ours, keras_value, rtol=tolerance, atol=tolerance)
+
+    @tf.function
+    def input_gradient(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = dense(v, layer.kernel, layer.bias)
+        return tape.gradient(y, v, upstream)
+
+    graph = input_gradient.get_concrete_function(tf.TensorSpec([2, None, 8], x.dtype)).graph.as_graph_def()
+    assert xla_compiled_ops(graph)  # the kernel's transposed copy
