@@ -90,6 +90,8 @@ def main():
                 rates[name].append(tokens * steps_per_second(model, features, labels, BATCH, args.steps))
         results[precision] = {name: float(np.median(r)) for name, r in rates.items()}
         results[precision]["matmul_peak_gflops"] = peak
+        # Each round's rates, in order: how often one model led, not only the medians.
+        results.setdefault("rounds", {})[precision] = {name: [float(x) for x in r] for name, r in rates.items()}
     keras.mixed_precision.set_global_policy("float32")
     float32_peak = results["float32"]["matmul_peak_gflops"]
     padded, bucketed = real_token_fractions()
@@ -101,6 +103,10 @@ def main():
             rate = results[precision][name]
             print(f"{name + ' ' + precision:<32}{rate:>10,.0f}{rate / baseline:>16.2f}x"
                   f"{rate * flops / 1e9 / float32_peak:>15.0%}")
+    for precision in ("float32", "mixed_bfloat16"):
+        rounds = results["rounds"][precision]
+        ratios = [a / b for a, b in zip(rounds["ours"], rounds["keras_hub"])]
+        print(f"ours / keras-hub, both {precision}, per round: " + ", ".join(f"{r:.2f}x" for r in ratios))
     print(f"matmul peak: float32 {float32_peak:.0f} GFLOP/s, bfloat16 "
           f"{results['mixed_bfloat16']['matmul_peak_gflops']:.0f} GFLOP/s; training FLOPs/token {flops / 1e6:.1f}M")
     rate = results["float32"]["ours"]
