@@ -8,8 +8,8 @@ feed-forward 1024, one shared group, max length 128, batch 32) and train in
 the same loop (this project's Trainer: AdamW, clipping, one step per call
 amortized over `--steps`), alternating A/B for `--rounds` rounds in float32
 and in mixed_bfloat16. Prints tokens/s (median of rounds), the ratio,
-model-FLOP utilization against a 2048^3 matmul measured in this run, and
-real (non-padding) tokens/s on the demo corpus.
+model-FLOP utilization against a 2048^3 matmul measured in this run, the
+ratio of each round, and real (non-padding) tokens/s on the demo corpus.
 """
 
 import argparse
@@ -69,9 +69,11 @@ def real_token_fractions():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--out", default=os.path.join("bench", "results", "throughput.json"))
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="A/B rounds per precision; each model's median over them is reported")
+    parser.add_argument("--steps", type=int, default=20, help="timed training steps per model and round")
+    parser.add_argument("--out", default=os.path.join("bench", "results", "throughput.json"),
+                        help="JSON of the medians, each round's rates, the matmul peaks and FLOPs per token")
     args = parser.parse_args()
     flops = training_flops_per_token(**{k: v for k, v in DIMENSIONS.items() if k != "num_heads"})
     tokens = BATCH * DIMENSIONS["max_length"]
