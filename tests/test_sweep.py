@@ -20,7 +20,7 @@ from pipeline.demo_corpus import write_demo_corpus
 from pipeline.model_dir import save_vocabulary
 from pipeline.tokenizer import Tokenizer
 from pipeline.train import prepare_run
-from tuning.hypermodel import ClassifierHyperModel, Vocabularies
+from tuning.hypermodel import ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow, sample
 from tuning.sweep import run_sweep
 
@@ -38,17 +38,13 @@ def corpus(tmp_path_factory):
     return write_demo_corpus(tmp_path_factory.mktemp("corpus"), train_size=320, test_size=100)
 
 
-def _trials(directory, running=False):
-    """The trials' `trial.json` contents. With `running`, a file the sweep is
-    writing at that moment (empty or cut short) is left out, not an error."""
+def _trials(directory):
+    """The trials' `trial.json` contents; whole even while a sweep runs, since
+    they are renamed into place (`tuning.hypermodel.save_json`)."""
     trials = []
     for path in sorted(glob.glob(os.path.join(directory, "trials", "trial_*", "trial.json"))):
         with open(path) as f:
-            try:
-                trials.append(json.load(f))
-            except json.JSONDecodeError:
-                if not running:
-                    raise
+            trials.append(json.load(f))
     return trials
 
 
@@ -208,7 +204,7 @@ def test_interrupted_sweep_continues_without_rerunning_trials(tmp_path, corpus):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not any(t["status"] == "COMPLETED" for t in _trials(directory, running=True)):
+    while not any(t["status"] == "COMPLETED" for t in _trials(directory)):
         assert process.poll() is None and time.time() < deadline, "the sweep ended before it was stopped"
         time.sleep(0.1)
     process.send_signal(signal.SIGKILL)
@@ -224,3 +220,71 @@ def test_interrupted_sweep_continues_without_rerunning_trials(tmp_path, corpus):
         assert trials[trial_id]["score"] == before["score"]
         path = os.path.join(directory, "trials", f"trial_{trial_id}", "best.weights.h5")
         assert os.path.getmtime(path) == weights[trial_id]
+
+
+class _Killed(Exception):
+    pass
+
+
+def _die_while_writing(monkeypatch, name):
+    """Every write to a file called `name` (or `name.tmp`) writes half its text
+    and raises `_Killed`, as a process killed mid-write leaves it: through
+    `tf.io.gfile`, as KerasTuner writes, or `open`, as `tuning.hypermodel` does."""
+
+    def doomed(path):
+        return os.path.basename(str(path)).removesuffix(".tmp") == name
+
+    def dying_write(write, text):
+        write(text[: len(text) // 2])
+        raise _Killed(name)
+
+    gfile_write = tf.io.gfile.GFile.write
+    monkeypatch.setattr(tf.io.gfile.GFile, "write", lambda self, text: (
+        dying_write(lambda t: gfile_write(self, t), text) if doomed(self.name) else gfile_write(self, text)))
+
+    class DyingFile:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, text):
+            dying_write(self.f.write, text)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    def dying_open(path, mode="r", *args, **kwargs):
+        f = open(path, mode, *args, **kwargs)
+        return DyingFile(f) if "w" in mode and doomed(path) else f
+
+    monkeypatch.setattr("tuning.hypermodel.open", dying_open, raising=False)
+
+
+@pytest.mark.parametrize("kind", ["random", "bayesian", "hyperband"])
+def test_a_sweep_killed_while_writing_its_state_reloads(tmp_path, monkeypatch, kind):
+    def tuner():  # what each run of a sweep builds on the same directory
+        return SweepTuner(oracle=make_oracle(kind, "val_accuracy", max_trials=5, seed=1, max_epochs=3),
+                          hypermodel=lambda hp: hp.Choice("units", [8, 16, 32, 64]),
+                          directory=str(tmp_path), project_name="trials")
+
+    first = tuner()
+    done = first.oracle.create_trial(first.tuner_id)
+    first.oracle.update_trial(done.trial_id, {"val_accuracy": 0.625})
+    done.status = keras_tuner.engine.trial.TrialStatus.COMPLETED
+    first.oracle.end_trial(done)
+    first.save()
+    for name, write in [("trial.json", lambda run: run.oracle.create_trial(run.tuner_id)),
+                        ("oracle.json", lambda run: run.save()),
+                        (os.path.basename(first._get_tuner_fname()), lambda run: run.save())]:
+        run = tuner()  # the run after the last one was killed
+        with monkeypatch.context() as patch:
+            _die_while_writing(patch, name)
+            with pytest.raises(_Killed):
+                write(run)
+
+    reloaded = tuner().oracle  # reads every trial.json, oracle.json and the tuner's file
+    assert reloaded.trials[done.trial_id].status == "COMPLETED"
+    assert reloaded.trials[done.trial_id].score == 0.625
+    assert reloaded.get_space().get_config() == first.oracle.get_space().get_config()

@@ -7,6 +7,7 @@ so a trial is trained exactly as `pipeline.train` trains.
 """
 
 import dataclasses
+import json
 import os
 
 import keras_tuner
@@ -101,8 +102,49 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         return {name: report[key] for name, key in OBJECTIVES.items()}
 
 
+def save_json(path, state):
+    """Writes `state` as JSON to a temporary file and renames it over `path`.
+
+    KerasTuner writes its tuner's, oracle's and trials' files in place: a
+    sweep killed between opening one and closing it leaves that file empty
+    or cut short, and the next run fails to reload the sweep. A rename
+    leaves the previous file or the new one.
+    """
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(state, f)
+    os.replace(path + ".tmp", path)
+
+
+class _SavesAtomically:
+    """Oracle mixin: `oracle.json` and each `trial.json` written by `save_json`."""
+
+    def save(self):
+        save_json(self._get_oracle_fname(), self.get_state())
+
+    def _save_trial(self, trial):
+        save_json(os.path.join(self._get_trial_dir(trial.trial_id), "trial.json"), trial.get_state())
+
+
+class RandomSearchOracle(_SavesAtomically, keras_tuner.oracles.RandomSearchOracle):
+    pass
+
+
+class BayesianOptimizationOracle(_SavesAtomically, keras_tuner.oracles.BayesianOptimizationOracle):
+    pass
+
+
+class HyperbandOracle(_SavesAtomically, keras_tuner.oracles.HyperbandOracle):
+    pass
+
+
 class SweepTuner(keras_tuner.Tuner):
-    """A tuner over any oracle that gives each trial its directory."""
+    """A tuner over any oracle that gives each trial its directory; its own
+    file written by `save_json`, as the oracles above write theirs."""
+
+    def save(self):
+        if not self._is_worker():  # workers hold a client of the chief's oracle
+            self.oracle.save()
+        save_json(self._get_tuner_fname(), self.get_state())
 
     def run_trial(self, trial, *args, **kwargs):
         hp = trial.hyperparameters
@@ -115,10 +157,10 @@ def make_oracle(kind, objective, max_trials, seed, max_epochs):
     """The KerasTuner oracle for `--tuner`."""
     objective = keras_tuner.Objective(objective, direction="max")
     if kind == "random":
-        return keras_tuner.oracles.RandomSearchOracle(objective, max_trials=max_trials, seed=seed)
+        return RandomSearchOracle(objective, max_trials=max_trials, seed=seed)
     if kind == "bayesian":
-        return keras_tuner.oracles.BayesianOptimizationOracle(objective, max_trials=max_trials, seed=seed)
+        return BayesianOptimizationOracle(objective, max_trials=max_trials, seed=seed)
     if kind == "hyperband":
-        return keras_tuner.oracles.HyperbandOracle(objective, max_epochs=max_epochs, seed=seed,
+        return HyperbandOracle(objective, max_epochs=max_epochs, seed=seed,
                                                    hyperband_iterations=1)
     raise ValueError(f"--tuner must be random, hyperband or bayesian, got {kind!r}")
