@@ -161,6 +161,5 @@ def make_oracle(kind, objective, max_trials, seed, max_epochs):
     if kind == "bayesian":
         return BayesianOptimizationOracle(objective, max_trials=max_trials, seed=seed)
     if kind == "hyperband":
-        return HyperbandOracle(objective, max_epochs=max_epochs, seed=seed,
-                                                   hyperband_iterations=1)
+        return HyperbandOracle(objective, max_epochs=max_epochs, seed=seed, hyperband_iterations=1)
     raise ValueError(f"--tuner must be random, hyperband or bayesian, got {kind!r}")
