@@ -41,7 +41,7 @@ def tokenize(tokenizer, texts):
     dataset = (
         tf.data.Dataset.from_tensor_slices(texts)
         .batch(TOKENIZE_BATCH)  # batch first: the tokenizer ops are vectorized
-        .map(tokenizer, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .map(tokenizer.traced(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     )
     return np.concatenate(list(dataset.as_numpy_iterator()))
 

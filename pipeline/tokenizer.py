@@ -12,6 +12,7 @@ truncated and zero-padded to `max_length`.
 import collections
 import json
 import os
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -29,6 +30,11 @@ KINDS = ("wordpiece", "word")
 VOCABULARY_FILE = "vocab.txt"
 LONGEST = 512  # the cap of a max_length derived from the data
 SETTINGS_FILE = "tokenizer.json"
+
+# Each tokenizer's `__call__` traced once per settings (`max_length` may be
+# set after construction): tracing the ops costs about as much as tokenizing
+# 30k short texts. Kept outside the module, out of its exported state.
+_TRACED = weakref.WeakKeyDictionary()
 
 
 def one_word(token_id, rows):
@@ -139,6 +145,16 @@ class Tokenizer(tf.Module):
         ids = first_words(ids, self.max_length - 1)  # room for [CLS]
         return tf.concat([one_word(CLS_ID, ids.nrows()), ids], axis=1)
 
+    def traced(self):
+        """`__call__` as a `tf.function` of a `[None]` string tensor, traced once."""
+        by_settings = _TRACED.setdefault(self, {})
+        key = tuple(sorted(self.settings.items()))
+        if key not in by_settings:
+            tokenizer = weakref.ref(self)  # the cache must not keep its key alive
+            by_settings[key] = tf.function(lambda texts: tokenizer()(texts),
+                                           input_signature=[tf.TensorSpec([None], tf.string)])
+        return by_settings[key]
+
     def tokens(self, ids):
         """The vocabulary entries of `ids`, padding included."""
         return tf.gather(self._tokens, ids)
@@ -174,7 +190,7 @@ class Tokenizer(tf.Module):
         current `max_length`."""
         lengths = []
         for batch in tf.data.Dataset.from_tensor_slices(texts).batch(4096):
-            lengths.append(tf.math.count_nonzero(self(batch), axis=1).numpy())
+            lengths.append(tf.math.count_nonzero(self.traced()(batch), axis=1).numpy())
         length = float(np.percentile(np.concatenate(lengths), quantile))
         return int(min(self.max_length, max(multiple, -(-length // multiple) * multiple)))
 

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipeline.dataset import tokenize
 from pipeline.tokenizer import CLS_ID, PAD_ID, RESERVED_TOKENS, UNK_ID, Tokenizer
 
 CORPUS = ["The cat sat on the mat.", "The dog sat!", "the cats and the dogs",
@@ -73,5 +74,10 @@ def test_max_length_zero_is_derived_from_the_texts():
     texts = ["word " * n for n in range(1, 41)] * 5  # 1 to 40 words; [CLS] makes 2 to 41 tokens
     tokenizer = Tokenizer.learn(texts, kind="word", min_count=1, max_length=0)
     assert tokenizer.max_length == 48  # the 99th percentile, 41, rounded up to a multiple of 16
+    # Splits are tokenized by a traced tokenizer, traced while the length was
+    # still 512: it follows the new length.
+    ids = tokenize(tokenizer, texts)
+    assert ids.shape == (200, 48) and ids[-1, 40] != PAD_ID and ids[-1, 41] == PAD_ID
+    np.testing.assert_array_equal(ids, tokenizer(tf.constant(texts)).numpy())
     assert Tokenizer.learn(["a b"] * 10, kind="word", min_count=1, max_length=0).max_length == 16
     assert Tokenizer.learn(["a " * 900] * 3, kind="word", min_count=1, max_length=0).max_length == 512
