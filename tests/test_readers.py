@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline.labels import encode_labels, label_names, load_label_names, save_label_names
-from pipeline.readers import DataError, read_examples
+from pipeline.readers import RECORD_BATCH, DataError, read_examples
 
 
 def _write(path, content):
@@ -80,6 +80,25 @@ def test_bad_jsonl_and_tfrecord_rows(tmp_path):
     record = _tfrecord(tmp_path / "a.tfrecord", [(b"ok", b"a"), (b"\xffno", b"a")])
     with pytest.raises(DataError, match=r"a.tfrecord:record 1: bytes that are not UTF-8.*xffno"):
         read_examples(record)
+
+
+def test_a_damaged_tfrecord_file_names_the_first_unreadable_record(tmp_path):
+    count = RECORD_BATCH + 10  # records are read in batches: the damage is in the second
+    whole = _tfrecord(tmp_path / "whole.tfrecord", [(f"text {i}".encode(), b"a") for i in range(count)])
+    assert read_examples(whole).sources[-1] == f"{whole}:record {count - 1}"
+    with open(whole, "rb") as f:
+        data = f.read()
+    cut = _write(tmp_path / "cut.tfrecord", data[:-10])  # the last record cut short
+    flipped = bytearray(data)
+    flipped[20] ^= 0xFF  # inside the first record's data: its checksum fails
+    flipped = _write(tmp_path / "flipped.tfrecord", bytes(flipped))
+    # Not a bad row to skip: what follows the damage cannot even be counted.
+    for skip in (False, True):
+        with pytest.raises(DataError, match=rf"cut.tfrecord:record {count - 1}: damaged TFRecord file, "
+                                            r"unreadable from this record on \(truncated record at byte \d+\)"):
+            read_examples(cut, skip_bad_rows=skip)
+        with pytest.raises(DataError, match=r"flipped.tfrecord:record 0: damaged .*corrupted record at byte \d+\)"):
+            read_examples(flipped, skip_bad_rows=skip)
 
 
 def test_missing_and_empty_files(tmp_path):
