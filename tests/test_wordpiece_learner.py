@@ -22,6 +22,7 @@ def _word_counts(seed=0, size=3000):
         if rng.random() < 0.05:
             word += rng.choice("ñøß字")
         counts[word] = counts.get(word, 0) + max(1, 2000 // rank)
+    counts[""] = 7  # an empty word has no pieces; the library skips it
     return counts
 
 
@@ -59,3 +60,34 @@ def test_learn_gives_the_library_vocabulary(vocab_size, options):
     learned = wordpiece_learner.learn(counts, vocab_size, RESERVED, **options)
     assert learned == library.learn(counts, vocab_size, RESERVED, **options)
     assert learned[:len(RESERVED)] == RESERVED and len(learned) > len(RESERVED) + 30
+
+
+def _library_pass(word_counts, tokens):
+    # A later pass of the library's loop, as counts of word ends.
+    ends = {}
+    for word, count in word_counts:
+        bounds = library.get_split_indices(word, tokens, True, "##")
+        for start in [0] + bounds[:-1] if bounds else []:
+            end = "##" + word[start:] if start else word
+            ends[end] = ends.get(end, 0) + count
+    return ends
+
+
+def test_later_passes_split_words_as_the_library_does():
+    counts = _word_counts()
+    params = library.Params(None, None, 4, -1, 50, 1000, 500, 0.05, True, "##", RESERVED)
+    tokens = set(library.learn_with_thresh(list(counts.items()), 13, params)) - {"z", "##z", "##字", "##ø"}
+    # Whitespace, the first candidate unknown token, words that cannot be
+    # spelled without z, and words that start or end with the joiner.
+    counts.update({"play ed": 3, "\x01": 2, "zz": 5, "playz": 4, "##play": 2, "##x": 1, "x##": 1, "#x": 1})
+    tokens |= {"##play", "#", "###", "x", "##x"}
+    word_counts = list(counts.items())
+    words = wordpiece_learner._Words(word_counts, params)
+    ends = wordpiece_learner._later_pass(words, tokens, params, thresh=1)
+    expected = _library_pass(word_counts, tokens)
+    assert list(ends.items()) == list(expected.items())  # the same counts, met in the same order
+    assert "zz" not in ends and "##z" not in ends and "play" in ends and "##play" in ends
+    assert any(not end.isascii() and end.startswith("##") for end in ends)
+    frequent = wordpiece_learner._later_pass(words, tokens, params, thresh=40)
+    assert list(frequent.items()) == [(end, count) for end, count in expected.items() if count >= 40]
+    assert 10 < len(frequent) < len(ends) / 2
