@@ -151,7 +151,7 @@ class Tokenizer(tf.Module):
         key = tuple(sorted(self.settings.items()))
         if key not in by_settings:
             tokenizer = weakref.ref(self)  # the cache must not keep its key alive
-            by_settings[key] = tf.function(lambda texts: tokenizer()(texts),
+            by_settings[key] = tf.function(lambda texts: tokenizer()(texts), autograph=False,
                                            input_signature=[tf.TensorSpec([None], tf.string)])
         return by_settings[key]
 
