@@ -4,9 +4,9 @@ vocabulary size (factorized or not), and peak memory of a training run.
     .venv/bin/pip install -e ".[bench]"
     .venv/bin/python bench/cost_growth.py [--out bench/results/cost_growth.json]
 
-Tokens/s are steady-state training steps of the default dimensions (E 128,
-H 256, 4 layers, 4 heads, feed-forward 1024, batch 32) at max length 64, 128,
-256 and 512. Parameters of embeddings + encoder at ALBERT-base sizes (E 128,
+Tokens/s are steady-state training steps at the dimensions of
+`bench/throughput.py` (V 8000, E 128, H 256, 4 layers, 4 heads, feed-forward
+1024, batch 32) at max length 64, 128, 256 and 512. Parameters of embeddings + encoder at ALBERT-base sizes (E 128,
 H 768, 12 layers, shared) for vocabularies of 1k to 250k, against an
 unfactorized (V x H) embedding. Peak resident memory is measured in a child
 process that trains the max-length-128 configuration. Writes a PNG plot
@@ -77,8 +77,9 @@ def plot(results, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--out", default=os.path.join("bench", "results", "cost_growth.json"))
+    parser.add_argument("--steps", type=int, default=8, help="timed training steps per max length")
+    parser.add_argument("--out", default=os.path.join("bench", "results", "cost_growth.json"),
+                        help="JSON of the figures; the PNG plot is written beside it")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:

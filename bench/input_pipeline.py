@@ -73,8 +73,9 @@ def training(split, config, model_dir, steps=30, warmup_steps=5):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--examples", type=int, default=30_000)
-    parser.add_argument("--out", default=os.path.join("bench", "results", "input_pipeline.json"))
+    parser.add_argument("--examples", type=int, default=30_000, help="demo sentences written as CSV and TFRecord")
+    parser.add_argument("--out", default=os.path.join("bench", "results", "input_pipeline.json"),
+                        help="JSON of the examples/s of each stage")
     args = parser.parse_args()
     config = Config()
     with tempfile.TemporaryDirectory() as directory:

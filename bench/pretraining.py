@@ -43,12 +43,14 @@ def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, fi
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", default=os.path.join("bench", "cache"))
+    parser.add_argument("--cache", default=os.path.join("bench", "cache"),
+                        help="where the corpus is fetched to and the runs are kept")
     parser.add_argument("--scratch-epochs", type=int, help="epochs from scratch (default: the config's)")
     parser.add_argument("--pretrain-epochs", type=int, default=2, help="masked-LM epochs (default 2)")
     parser.add_argument("--finetune-epochs", type=int, default=1,
                         help="classification epochs after pre-training (default 1)")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "pretraining.json"))
+    parser.add_argument("--out", default=os.path.join("bench", "results", "pretraining.json"),
+                        help="JSON of both arms' scores and times")
     args = parser.parse_args()
     train_path, test_path = fetch_corpus(args.cache)
     runs = os.path.join(args.cache, "pretraining_runs")

@@ -42,9 +42,10 @@ def timed(function, argument, calls):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--calls", type=int, default=300, help="timed calls of one string per model")
     parser.add_argument("--members", type=int, default=1, help="export an ensemble of this many models")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "serving.json"))
+    parser.add_argument("--out", default=os.path.join("bench", "results", "serving.json"),
+                        help="JSON of the latencies and batch throughputs")
     args = parser.parse_args()
     config = Config()
     texts = [text for text, _ in generate(2000, seed=0)]
