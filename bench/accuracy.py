@@ -254,7 +254,7 @@ def main():
     parser.add_argument("--epochs", type=int, help="epochs of both Transformer models (default: the config's)")
     parser.add_argument("--keras-hub-epochs", type=int, help="epochs of keras-hub's classifier (default: as many "
                         "as this project's); it is slower per epoch, so fewer give it the same time budget")
-    parser.add_argument("--skip-keras-hub", action="store_true")
+    parser.add_argument("--skip-keras-hub", action="store_true", help="leave out keras-hub's classifier, the slowest arm")
     parser.add_argument("--whole-split", action="store_true", help="also train this project on the whole training "
                         "split and keep its last epoch, as keras-hub's arm does")
     parser.add_argument("--ensemble", type=lambda v: [int(s) for s in v.split(",")], metavar="SEEDS",

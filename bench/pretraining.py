@@ -50,7 +50,7 @@ def main():
     parser.add_argument("--finetune-epochs", type=int, default=1,
                         help="classification epochs after pre-training (default 1)")
     parser.add_argument("--out", default=os.path.join("bench", "results", "pretraining.json"),
-                        help="JSON of both arms' scores and times")
+                        help="JSON of every arm's scores and times")
     args = parser.parse_args()
     train_path, test_path = fetch_corpus(args.cache)
     runs = os.path.join(args.cache, "pretraining_runs")
