@@ -32,8 +32,9 @@ LONGEST = 512  # the cap of a max_length derived from the data
 SETTINGS_FILE = "tokenizer.json"
 
 # Each tokenizer's `__call__` traced once per settings (`max_length` may be
-# set after construction): tracing the ops costs about as much as tokenizing
-# 30k short texts. Kept outside the module, out of its exported state.
+# set after construction) rather than once per split, without AutoGraph
+# (the tokenizer needs none, and converting it was most of a trace's time).
+# Kept outside the module, out of its exported state.
 _TRACED = weakref.WeakKeyDictionary()
 
 
