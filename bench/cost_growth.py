@@ -6,9 +6,9 @@ vocabulary size (factorized or not), and peak memory of a training run.
 
 Tokens/s are steady-state training steps at the dimensions of
 `bench/throughput.py` (V 8000, E 128, H 256, 4 layers, 4 heads, feed-forward
-1024, batch 32) at max length 64, 128, 256 and 512. Parameters of embeddings + encoder at ALBERT-base sizes (E 128,
-H 768, 12 layers, shared) for vocabularies of 1k to 250k, against an
-unfactorized (V x H) embedding. Peak resident memory is measured in a child
+1024, batch 32) at max length 64, 128, 256 and 512. Parameters of
+embeddings + encoder at ALBERT-base sizes (E 128, H 768, 12 layers, shared)
+for vocabularies of 1k to 250k, against an unfactorized (V x H) embedding. Peak resident memory is measured in a child
 process that trains the max-length-128 configuration. Writes a PNG plot
 beside the JSON.
 """
