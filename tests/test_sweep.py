@@ -1,3 +1,4 @@
+import functools
 import glob
 import json
 import os
@@ -262,19 +263,27 @@ def _die_while_writing(monkeypatch, name):
     monkeypatch.setattr("tuning.hypermodel.open", dying_open, raising=False)
 
 
+def _tuner(directory, kind):
+    """What each run of a sweep builds on the same directory (no training)."""
+    return SweepTuner(oracle=make_oracle(kind, "val_accuracy", max_trials=5, seed=1, max_epochs=3),
+                      hypermodel=lambda hp: hp.Choice("units", [8, 16, 32, 64]),
+                      directory=str(directory), project_name="trials")
+
+
+def _one_completed_trial(tuner):
+    done = tuner.oracle.create_trial(tuner.tuner_id)
+    tuner.oracle.update_trial(done.trial_id, {"val_accuracy": 0.625})
+    done.status = keras_tuner.engine.trial.TrialStatus.COMPLETED
+    tuner.oracle.end_trial(done)
+    tuner.save()
+    return done
+
+
 @pytest.mark.parametrize("kind", ["random", "bayesian", "hyperband"])
 def test_a_sweep_killed_while_writing_its_state_reloads(tmp_path, monkeypatch, kind):
-    def tuner():  # what each run of a sweep builds on the same directory
-        return SweepTuner(oracle=make_oracle(kind, "val_accuracy", max_trials=5, seed=1, max_epochs=3),
-                          hypermodel=lambda hp: hp.Choice("units", [8, 16, 32, 64]),
-                          directory=str(tmp_path), project_name="trials")
-
+    tuner = functools.partial(_tuner, tmp_path, kind)
     first = tuner()
-    done = first.oracle.create_trial(first.tuner_id)
-    first.oracle.update_trial(done.trial_id, {"val_accuracy": 0.625})
-    done.status = keras_tuner.engine.trial.TrialStatus.COMPLETED
-    first.oracle.end_trial(done)
-    first.save()
+    done = _one_completed_trial(first)
     for name, write in [("trial.json", lambda run: run.oracle.create_trial(run.tuner_id)),
                         ("oracle.json", lambda run: run.save()),
                         (os.path.basename(first._get_tuner_fname()), lambda run: run.save())]:
@@ -288,3 +297,25 @@ def test_a_sweep_killed_while_writing_its_state_reloads(tmp_path, monkeypatch, k
     assert reloaded.trials[done.trial_id].status == "COMPLETED"
     assert reloaded.trials[done.trial_id].score == 0.625
     assert reloaded.get_space().get_config() == first.oracle.get_space().get_config()
+
+
+@pytest.mark.parametrize("kind", ["random", "bayesian", "hyperband"])
+def test_a_trial_started_just_before_a_kill_runs_again(tmp_path, monkeypatch, kind):
+    first = _tuner(tmp_path, kind)
+    done = _one_completed_trial(first)
+    run = _tuner(tmp_path, kind)
+    def killed(oracle):
+        raise _Killed("oracle.json")
+
+    with monkeypatch.context() as patch:  # killed after the new trial's file, before the oracle's
+        patch.setattr(type(run.oracle), "save", killed)
+        with pytest.raises(_Killed):
+            run.oracle.create_trial(run.tuner_id)
+    started = [t for t in _trials(tmp_path) if t["status"] == "RUNNING"]
+    assert len(started) == 1
+    resumed = _tuner(tmp_path, kind).oracle
+    trial = resumed.create_trial("tuner0")
+    # The same trial, with the same values, not a new one beside an orphan.
+    assert trial.trial_id == started[0]["trial_id"] and trial.status == "RUNNING"
+    assert trial.hyperparameters.values == started[0]["hyperparameters"]["values"]
+    assert sorted(resumed.trials) == sorted([done.trial_id, trial.trial_id])

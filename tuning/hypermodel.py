@@ -115,8 +115,16 @@ def save_json(path, state):
     os.replace(path + ".tmp", path)
 
 
-class _SavesAtomically:
-    """Oracle mixin: `oracle.json` and each `trial.json` written by `save_json`."""
+class _Resumable:
+    """Oracle mixin for sweeps killed at any point: `oracle.json` and each
+    `trial.json` written by `save_json`, and no trial left running by nobody.
+
+    KerasTuner writes a new trial's file, then the oracle's. A sweep killed
+    between the two leaves a trial whose file says RUNNING but which the
+    oracle never handed out: reloaded, it would take a place among
+    `max_trials` and never run. `reload` sends it for retry, as KerasTuner
+    does with the trials the oracle's file says were running.
+    """
 
     def save(self):
         save_json(self._get_oracle_fname(), self.get_state())
@@ -124,16 +132,23 @@ class _SavesAtomically:
     def _save_trial(self, trial):
         save_json(os.path.join(self._get_trial_dir(trial.trial_id), "trial.json"), trial.get_state())
 
+    def reload(self):
+        super().reload()
+        for trial_id in sorted(self.trials):
+            if self.trials[trial_id].status == keras_tuner.engine.trial.TrialStatus.RUNNING \
+                    and trial_id not in self._retry_queue:
+                self._retry_queue.append(trial_id)
 
-class RandomSearchOracle(_SavesAtomically, keras_tuner.oracles.RandomSearchOracle):
+
+class RandomSearchOracle(_Resumable, keras_tuner.oracles.RandomSearchOracle):
     pass
 
 
-class BayesianOptimizationOracle(_SavesAtomically, keras_tuner.oracles.BayesianOptimizationOracle):
+class BayesianOptimizationOracle(_Resumable, keras_tuner.oracles.BayesianOptimizationOracle):
     pass
 
 
-class HyperbandOracle(_SavesAtomically, keras_tuner.oracles.HyperbandOracle):
+class HyperbandOracle(_Resumable, keras_tuner.oracles.HyperbandOracle):
     pass
 
 
