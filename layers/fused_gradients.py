@@ -26,12 +26,17 @@ bfloat16 1.6 -> 2.3 ms, float32 1.6 -> 1.9 ms), softmax and bias gradients
 were slower under XLA than in TensorFlow's kernels.
 
 `dense` is the feed-forward's first projection in training, written so that
-its input gradient runs on oneDNN's fast path (see there).
+its input gradient runs on oneDNN's fast path (see there). `residual_norm`
+is a post-norm sub-layer's end in training - dropout, residual add, layer
+normalization - compiled into one pass each way, which on the whole model
+outweighs XLA's slower reductions (see there).
 """
 
 import math
 
 import tensorflow as tf
+
+from layers.dropout import drop_threshold, keep_scale
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -137,3 +142,68 @@ def layer_norm(x, gamma, beta, epsilon):
         tf.cast(x, "float32"), tf.cast(gamma, "float32"), tf.cast(beta, "float32")
     )
     return tf.cast(outputs, x.dtype)
+
+
+def residual_norm(x, y, gamma, beta, epsilon, rate=0.0, seed=None):
+    """`layer_norm(x + dropout(y, rate, seed), ...)`, for training graphs.
+
+    A post-norm sub-layer's end - dropout, residual add, normalization - as
+    one compiled pass forward and one backward, computing in float32 and
+    returning `x`'s dtype; the dropout mask is hashed in both passes (see
+    `layers.dropout`), the same mask `dropout` draws for that seed. Apart
+    they are four passes and four casts forward under mixed precision,
+    and TensorFlow's reductions (the gamma and beta gradients) stay outside,
+    where they are faster. Measured forward and backward at (32, 128, 256) on
+    the README's Zen 5 machine: bfloat16 4.1-4.2 -> 3.4-3.5 ms, float32
+    3.6-3.8 -> 3.3 ms. Values equal the layers' to float rounding.
+
+    Args:
+        x: the residual, `(..., hidden)`.
+        y: the sub-layer's output, same shape and dtype.
+        gamma, beta: `(hidden,)` scale and offset of the normalization.
+        epsilon: float, added to the variance.
+        rate: float, dropout rate on `y` (0: no dropout).
+        seed: int32 `(2,)` dropout seed; unused at rate 0.
+    """
+    threshold = drop_threshold(rate)
+    seed = tf.zeros([2], tf.int32) if seed is None else tf.convert_to_tensor(seed, tf.int32)
+    reduce_axes = list(range(len(x.shape) - 1))
+
+    @tf.custom_gradient
+    def fused(x, y, gamma, beta):
+        outputs, normalized, inverse_std = _residual_norm_forward(x, y, gamma, beta, seed, epsilon, threshold)
+
+        def grad(upstream):
+            d_x, d_y = _residual_norm_backward(upstream, normalized, inverse_std, gamma, seed, threshold, y.dtype)
+            upstream = tf.cast(upstream, tf.float32)
+            d_gamma = tf.reduce_sum(upstream * normalized, axis=reduce_axes)
+            return d_x, d_y, d_gamma, tf.reduce_sum(upstream, axis=reduce_axes)
+
+        return outputs, grad
+
+    return fused(x, y, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))
+
+
+@tf.function(jit_compile=True, reduce_retracing=True)
+def _residual_norm_forward(x, y, gamma, beta, seed, epsilon, threshold):
+    y = tf.cast(y, tf.float32)
+    if threshold:
+        y *= keep_scale(y, seed, threshold)
+    summed = tf.cast(x, tf.float32) + y
+    mean, variance = tf.nn.moments(summed, axes=[-1], keepdims=True)
+    inverse_std = tf.math.rsqrt(variance + epsilon)
+    normalized = (summed - mean) * inverse_std
+    return tf.cast(normalized * gamma + beta, x.dtype), normalized, inverse_std
+
+
+@tf.function(jit_compile=True, reduce_retracing=True)
+def _residual_norm_backward(upstream, normalized, inverse_std, gamma, seed, threshold, y_dtype):
+    d_normalized = tf.cast(upstream, tf.float32) * gamma
+    d_summed = inverse_std * (
+        d_normalized
+        - tf.reduce_mean(d_normalized, axis=-1, keepdims=True)
+        - normalized * tf.reduce_mean(d_normalized * normalized, axis=-1, keepdims=True)
+    )
+    d_y = d_summed * keep_scale(d_summed, seed, threshold) if threshold else d_summed
+    return tf.cast(d_summed, upstream.dtype), tf.cast(d_y, y_dtype)
+

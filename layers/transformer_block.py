@@ -137,19 +137,31 @@ class TransformerBlock(keras.layers.Layer):
             attended = self._attend(x, attention_mask, return_attention_scores)
         if return_attention_scores:
             attended, scores = attended  # scores: (batch, heads, length, length)
-        x = inputs + self.dropout(attended, training=training)
-        if not self.norm_first:
-            x = self.attention_norm(x)  # (batch, length, hidden)
+        x = self._add(inputs, attended, self.attention_norm, training)  # (batch, length, hidden)
 
         y = self.output_norm(x) if self.norm_first else x
         y = self._activate(self._project_up(y, training), training)  # (batch, length, intermediate)
         y = self.output_dense(y)  # (batch, length, hidden)
-        outputs = x + self.dropout(y, training=training)
-        if not self.norm_first:
-            outputs = self.output_norm(outputs)
+        outputs = self._add(x, y, self.output_norm, training)
         if return_attention_scores:
             return outputs, scores
         return outputs
+
+    def _add(self, residual, y, norm, training):
+        """`residual + dropout(y)`, then `norm` after it in post-norm blocks.
+
+        Post-norm training runs `fused_gradients.residual_norm`: the same
+        values (and dropout mask) in one compiled pass each way; exports
+        trace the layers, which call no XLA.
+        """
+        if self.norm_first:
+            return residual + self.dropout(y, training=training)
+        if training is True and self.dropout.hashed:
+            seed = self.dropout.next_seed() if self.dropout.rate else None
+            return fused_gradients.residual_norm(
+                residual, y, norm.gamma, norm.beta, norm.epsilon, self.dropout.rate, seed
+            )
+        return norm(residual + self.dropout(y, training=training))
 
     def _project_up(self, x, training):
         """The feed-forward's first projection; in training through

@@ -9,9 +9,32 @@ from layers.dropout import dropout
 SEED = tf.constant([7, 11], tf.int32)
 
 
+def _lowbias32(x):
+    x = (x ^ (x >> 16)) * np.uint32(0x7FEB352D)
+    x = (x ^ (x >> 15)) * np.uint32(0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def _reference_keep(size, seed, rate):
+    """The mask, written out in NumPy: what every device must draw."""
+    with np.errstate(over="ignore"):  # uint32 arithmetic wraps, as intended
+        words = np.asarray(seed, np.int32).view(np.uint32)
+        first = _lowbias32(words[0] ^ _lowbias32(words[1] + np.uint32(0x9E3779B9)))
+        second = _lowbias32(first + np.uint32(0x85EBCA6B))
+        index = np.arange(size, dtype=np.uint32)
+        return (_lowbias32(_lowbias32(index + first) ^ second) >> 16) >= round(rate * 65536)
+
+
+@pytest.mark.parametrize("seed", [[7, 11], [-5, 2**31 - 2]])
+def test_mask_is_the_written_out_hash(seed):
+    x = tf.fill((37, 29), 2.0)
+    y = dropout(x, 0.3, tf.constant(seed, tf.int32)).numpy()
+    np.testing.assert_array_equal(y.ravel() != 0, _reference_keep(x.shape.num_elements(), seed, 0.3))
+
+
 @pytest.mark.parametrize("rate", [0.1, 0.5])
 def test_drops_at_the_rate_and_keeps_the_expectation(rate):
-    x = tf.fill((1000, 999), 3.0)  # odd size: the last 32-bit word is half used
+    x = tf.fill((1000, 999), 3.0)
     y = dropout(x, rate, SEED).numpy()
     dropped = np.mean(y == 0)
     # 999,000 Bernoulli draws: 5 standard deviations is < 0.003.
@@ -22,19 +45,23 @@ def test_drops_at_the_rate_and_keeps_the_expectation(rate):
 
 
 def test_draws_are_independent_of_position():
-    # Both halves of each 32-bit word, and every row, drop at the same rate.
+    # Every other column, and neighbouring elements, drop at the rate and
+    # independently of each other.
     y = dropout(tf.ones((4000, 256)), 0.1, SEED).numpy() == 0
     assert y[:, 0::2].mean() == pytest.approx(0.1, abs=0.004)
     assert y[:, 1::2].mean() == pytest.approx(0.1, abs=0.004)
-    assert abs(np.corrcoef(y[:, 0::2].ravel(), y[:, 1::2].ravel())[0, 1]) < 0.01
+    assert abs(np.corrcoef(y[:, :-1].ravel(), y[:, 1:].ravel())[0, 1]) < 0.01
+    assert abs(np.corrcoef(y[:-1].ravel(), y[1:].ravel())[0, 1]) < 0.01
 
 
-def test_same_seed_same_mask_other_seed_other_mask():
-    x = tf.ones((64, 128))
+def test_same_seed_same_mask_neighbouring_seeds_unrelated_masks():
+    # Keras's seed generator counts the second word up by one per call.
+    x = tf.ones((1000, 256))
     first, again = dropout(x, 0.1, SEED).numpy(), dropout(x, 0.1, SEED).numpy()
-    other = dropout(x, 0.1, tf.constant([7, 12], tf.int32)).numpy()
     np.testing.assert_array_equal(first, again)
-    assert np.mean((first == 0) != (other == 0)) > 0.1
+    for other_seed in ([7, 12], [8, 11]):
+        other = dropout(x, 0.1, tf.constant(other_seed, tf.int32)).numpy()
+        assert abs(np.corrcoef((first == 0).ravel(), (other == 0).ravel())[0, 1]) < 0.01
 
 
 def test_gradient_is_the_same_mask():
@@ -53,7 +80,7 @@ def test_bfloat16_inputs_keep_their_dtype():
 
 
 def test_compiles_with_xla():
-    # TPUs compile every step with XLA: the bitcast to 16-bit draws must lower.
+    # TPUs compile every step with XLA: the hash must lower inside it too.
     x = tf.ones((33, 7))
     eager = dropout(x, 0.1, SEED)
     compiled = tf.function(lambda v: dropout(v, 0.1, SEED), jit_compile=True)(x)

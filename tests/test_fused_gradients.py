@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from graph_helper import xla_compiled_ops
-from layers.fused_gradients import dense, gelu, gelu_compiled
+from layers.dropout import dropout
+from layers.fused_gradients import dense, gelu, gelu_compiled, residual_norm
 
 
 def _value_and_gradient(function, x):
@@ -116,3 +117,46 @@ def test_dense_equals_keras_dense_in_values_and_gradients(policy):
 
     graph = input_gradient.get_concrete_function(tf.TensorSpec([2, None, 8], x.dtype)).graph.as_graph_def()
     assert xla_compiled_ops(graph)  # the kernel's transposed copy
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("rate", [0.0, 0.3])
+def test_residual_norm_equals_the_layers_in_values_and_gradients(policy, rate):
+    # A post-norm sub-layer's end in training: Keras's layer normalization of
+    # the residual plus `dropout` with the same seed, and the gradients of
+    # both inputs, gamma and beta.
+    import keras
+
+    norm = keras.layers.LayerNormalization(
+        epsilon=1e-12, gamma_initializer="glorot_uniform", beta_initializer="glorot_uniform", dtype=policy
+    )
+    rng = np.random.default_rng(0)
+    x, y, upstream = (tf.constant(rng.normal(size=(3, 7, 16)), norm.compute_dtype) for _ in range(3))
+    norm.build(x.shape)
+    seed = tf.constant([3, 9], tf.int32)
+    results = []
+    for function in (
+        lambda: norm(x + dropout(y, rate, seed)),
+        lambda: residual_norm(x, y, norm.gamma, norm.beta, norm.epsilon, rate, seed),
+    ):
+        with tf.GradientTape() as tape:
+            tape.watch([x, y])
+            outputs = function()
+        gradients = tape.gradient(outputs, [x, y, norm.gamma.value, norm.beta.value], upstream)
+        assert outputs.dtype == x.dtype and [g.dtype for g in gradients[:2]] == [x.dtype, y.dtype]
+        results.append([tf.cast(v, tf.float32).numpy() for v in [outputs, *gradients]])
+    tolerance = {"float32": 1e-5, "mixed_bfloat16": 2e-2}[policy]
+    for ours, layers_value in zip(*results):
+        np.testing.assert_allclose(ours, layers_value, rtol=tolerance, atol=tolerance)
+    dropped = results[1][2] == 0  # the gradient of `y` is zero where it was dropped
+    assert dropped.mean() == pytest.approx(rate, abs=0.08)
+
+    @tf.function
+    def training_step(a, b):
+        with tf.GradientTape() as tape:
+            tape.watch([a, b])
+            outputs = residual_norm(a, b, norm.gamma, norm.beta, norm.epsilon, rate, seed)
+        return tape.gradient(outputs, [a, b], upstream)
+
+    spec = tf.TensorSpec([None, 7, 16], x.dtype)
+    assert len(xla_compiled_ops(training_step.get_concrete_function(spec, spec).graph.as_graph_def())) >= 2

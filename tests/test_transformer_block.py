@@ -71,3 +71,30 @@ def test_feed_forward_runs_compiled_in_training_only():
     assert xla_compiled_ops(graphs[True])
     assert xla_compiled_ops(graphs[False]) == []
     np.testing.assert_allclose(outputs[True], outputs[False], rtol=1e-5, atol=1e-6)
+
+
+def test_training_with_dropout_equals_the_layers_with_the_same_seeds():
+    # Post-norm training ends each sub-layer in one compiled function
+    # (dropout, residual add, layer norm); it must draw the masks the
+    # Dropout layer would, from the same seeds, and give the same values
+    # and gradients.
+    import tensorflow as tf
+
+    block = TransformerBlock(num_heads=2, intermediate_size=16, dropout_rate=0.2, initializer_range=0.5)
+    x = tf.constant(_inputs())
+    block(x)
+    start = block.dropout.seed_generator.state.numpy()
+    results = []
+    for layers_only in (False, True):
+        block.dropout.seed_generator.state.assign(start)
+        if layers_only:
+            block._add = lambda residual, y, norm, training: norm(residual + block.dropout(y, training=training))
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs = block(x, training=True)
+            loss = tf.reduce_sum(tf.sin(outputs))
+        results.append([outputs, *tape.gradient(loss, [x] + block.trainable_variables)])
+    for fused, layers_value in zip(*results):
+        np.testing.assert_allclose(fused, layers_value, rtol=1e-5, atol=1e-5)
+    inference = block(x, training=False).numpy()
+    assert np.abs(results[0][0].numpy() - inference).max() > 0.1  # dropout was on
