@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from pipeline.files import atomic_write
 from pipeline.readers import DataError
 
 LABELS_FILE = "labels.json"
@@ -45,10 +46,8 @@ def encode_labels(examples, names, skip_bad_rows=False):
 def save_label_names(names, directory):
     # Written last with the vocabulary and atomically: its presence says the
     # vocabulary is complete (other workers of a cluster may be reading).
-    path = os.path.join(directory, LABELS_FILE)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    with atomic_write(os.path.join(directory, LABELS_FILE)) as f:
         json.dump(list(names), f, ensure_ascii=False, indent=1)
-    os.replace(path + ".tmp", path)
 
 
 def load_label_names(directory):

@@ -21,6 +21,7 @@ from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
 from pipeline import wordpiece_learner
 from pipeline.config import DataConfig
+from pipeline.files import atomic_write
 
 _DEFAULTS = DataConfig()  # the data section's defaults are the tokenizer's
 
@@ -200,10 +201,8 @@ class Tokenizer(tf.Module):
         # complete (other workers of a cluster may be reading).
         with open(os.path.join(directory, SETTINGS_FILE), "w", encoding="utf-8") as f:
             json.dump(self.settings, f, indent=2)
-        path = os.path.join(directory, VOCABULARY_FILE)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
+        with atomic_write(os.path.join(directory, VOCABULARY_FILE)) as f:
             f.write("\n".join(self.vocabulary) + "\n")
-        os.replace(path + ".tmp", path)
 
     @classmethod
     def load(cls, directory):

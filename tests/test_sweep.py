@@ -230,7 +230,8 @@ class _Killed(Exception):
 def _die_while_writing(monkeypatch, name):
     """Every write to a file called `name` (or `name.tmp`) writes half its text
     and raises `_Killed`, as a process killed mid-write leaves it: through
-    `tf.io.gfile`, as KerasTuner writes, or `open`, as `tuning.hypermodel` does."""
+    `tf.io.gfile`, as KerasTuner writes, or `open`, as `pipeline.files` does for
+    `tuning.hypermodel`."""
 
     def doomed(path):
         return os.path.basename(str(path)).removesuffix(".tmp") == name
@@ -260,7 +261,7 @@ def _die_while_writing(monkeypatch, name):
         f = open(path, mode, *args, **kwargs)
         return DyingFile(f) if "w" in mode and doomed(path) else f
 
-    monkeypatch.setattr("tuning.hypermodel.open", dying_open, raising=False)
+    monkeypatch.setattr("pipeline.files.open", dying_open, raising=False)
 
 
 def _tuner(directory, kind):

@@ -14,6 +14,7 @@ import keras_tuner
 
 from pipeline.config import override
 from pipeline.dataset import learn_tokenizer, load_split, read_split
+from pipeline.files import atomic_write
 from pipeline.model import build_model
 from pipeline.model_dir import check_or_save_config, has_vocabulary, save_vocabulary
 from pipeline.tokenizer import Tokenizer
@@ -103,16 +104,15 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
 
 
 def save_json(path, state):
-    """Writes `state` as JSON to a temporary file and renames it over `path`.
+    """Writes `state` as JSON to `path` through `atomic_write`.
 
     KerasTuner writes its tuner's, oracle's and trials' files in place: a
     sweep killed between opening one and closing it leaves that file empty
     or cut short, and the next run fails to reload the sweep. A rename
     leaves the previous file or the new one.
     """
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         json.dump(state, f)
-    os.replace(path + ".tmp", path)
 
 
 class _Resumable:
