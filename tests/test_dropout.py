@@ -73,6 +73,13 @@ def test_gradient_is_the_same_mask():
     np.testing.assert_allclose(gradient, np.where(y.numpy() == 0, 0.0, 1.0 / 0.75), rtol=1e-6)  # 0.25 is exact
 
 
+def test_float64_inputs_keep_their_precision():
+    x = tf.fill((50, 50), tf.constant(1.0 + 2.0**-40, tf.float64))
+    y = dropout(x, 0.25, SEED).numpy()  # 0.25: the scale 4/3 is what float64 rounds it to
+    assert y.dtype == np.float64
+    np.testing.assert_array_equal(y[y != 0], (1.0 + 2.0**-40) * (4.0 / 3.0))
+
+
 def test_bfloat16_inputs_keep_their_dtype():
     y = dropout(tf.ones((100, 100), tf.bfloat16), 0.1, SEED)
     assert y.dtype == tf.bfloat16
