@@ -120,21 +120,11 @@ def layer_norm(x, gamma, beta, epsilon):
 
     @tf.custom_gradient
     def normalize(x, gamma, beta):
-        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        inverse_std = tf.math.rsqrt(variance + epsilon)
-        normalized = (x - mean) * inverse_std
+        normalized, inverse_std = _normalized(x, epsilon)
 
         def grad(upstream):
-            reduce_axes = list(range(len(x.shape) - 1))
-            d_normalized = upstream * gamma
-            d_x = inverse_std * (
-                d_normalized
-                - tf.reduce_mean(d_normalized, axis=-1, keepdims=True)
-                - normalized
-                * tf.reduce_mean(d_normalized * normalized, axis=-1, keepdims=True)
-            )
-            d_gamma = tf.reduce_sum(upstream * normalized, axis=reduce_axes)
-            return d_x, d_gamma, tf.reduce_sum(upstream, axis=reduce_axes)
+            d_x = _normalized_input_gradient(upstream * gamma, normalized, inverse_std)
+            return (d_x, *_scale_and_offset_gradients(upstream, normalized))
 
         return normalized * gamma + beta, grad
 
@@ -142,6 +132,28 @@ def layer_norm(x, gamma, beta, epsilon):
         tf.cast(x, "float32"), tf.cast(gamma, "float32"), tf.cast(beta, "float32")
     )
     return tf.cast(outputs, x.dtype)
+
+
+def _normalized(x, epsilon):
+    """`(x - mean) / std` over the last axis, and `1 / std`."""
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    inverse_std = tf.math.rsqrt(variance + epsilon)
+    return (x - mean) * inverse_std, inverse_std
+
+
+def _normalized_input_gradient(d_normalized, normalized, inverse_std):
+    """The gradient of `_normalized`'s input, from that of its output."""
+    return inverse_std * (
+        d_normalized
+        - tf.reduce_mean(d_normalized, axis=-1, keepdims=True)
+        - normalized * tf.reduce_mean(d_normalized * normalized, axis=-1, keepdims=True)
+    )
+
+
+def _scale_and_offset_gradients(upstream, normalized):
+    """The gradients of gamma and beta in `normalized * gamma + beta`."""
+    reduce_axes = list(range(len(normalized.shape) - 1))
+    return tf.reduce_sum(upstream * normalized, axis=reduce_axes), tf.reduce_sum(upstream, axis=reduce_axes)
 
 
 def residual_norm(x, y, gamma, beta, epsilon, rate=0.0, seed=None):
@@ -168,7 +180,6 @@ def residual_norm(x, y, gamma, beta, epsilon, rate=0.0, seed=None):
     """
     threshold = drop_threshold(rate)
     seed = tf.zeros([2], tf.int32) if seed is None else tf.convert_to_tensor(seed, tf.int32)
-    reduce_axes = list(range(len(x.shape) - 1))
 
     @tf.custom_gradient
     def fused(x, y, gamma, beta):
@@ -176,9 +187,7 @@ def residual_norm(x, y, gamma, beta, epsilon, rate=0.0, seed=None):
 
         def grad(upstream):
             d_x, d_y = _residual_norm_backward(upstream, normalized, inverse_std, gamma, seed, threshold, y.dtype)
-            upstream = tf.cast(upstream, tf.float32)
-            d_gamma = tf.reduce_sum(upstream * normalized, axis=reduce_axes)
-            return d_x, d_y, d_gamma, tf.reduce_sum(upstream, axis=reduce_axes)
+            return (d_x, d_y, *_scale_and_offset_gradients(tf.cast(upstream, tf.float32), normalized))
 
         return outputs, grad
 
@@ -190,20 +199,12 @@ def _residual_norm_forward(x, y, gamma, beta, seed, epsilon, threshold):
     y = tf.cast(y, tf.float32)
     if threshold:
         y *= keep_scale(y, seed, threshold)
-    summed = tf.cast(x, tf.float32) + y
-    mean, variance = tf.nn.moments(summed, axes=[-1], keepdims=True)
-    inverse_std = tf.math.rsqrt(variance + epsilon)
-    normalized = (summed - mean) * inverse_std
+    normalized, inverse_std = _normalized(tf.cast(x, tf.float32) + y, epsilon)
     return tf.cast(normalized * gamma + beta, x.dtype), normalized, inverse_std
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
 def _residual_norm_backward(upstream, normalized, inverse_std, gamma, seed, threshold, y_dtype):
-    d_normalized = tf.cast(upstream, tf.float32) * gamma
-    d_summed = inverse_std * (
-        d_normalized
-        - tf.reduce_mean(d_normalized, axis=-1, keepdims=True)
-        - normalized * tf.reduce_mean(d_normalized * normalized, axis=-1, keepdims=True)
-    )
+    d_summed = _normalized_input_gradient(tf.cast(upstream, tf.float32) * gamma, normalized, inverse_std)
     d_y = d_summed * keep_scale(d_summed, seed, threshold) if threshold else d_summed
     return tf.cast(d_summed, upstream.dtype), tf.cast(d_y, y_dtype)
