@@ -10,10 +10,16 @@ def atomic_write(path):
 
     A reader - another worker of a cluster, or a run resumed after this one
     was killed - finds the previous file or the complete new one, never one
-    cut short. If the block raises, `path` is left as it was (a `.tmp` file
-    beside it may hold what was written; the next write replaces it).
+    cut short. If the block raises, `path` is left as it was and what was
+    written is removed (a kill leaves it in `path + ".tmp"`, which the next
+    write replaces).
     """
     temporary = path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        yield f
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            yield f
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
+        raise

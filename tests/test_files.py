@@ -24,6 +24,7 @@ def test_a_failed_write_leaves_the_old_file(tmp_path):
             f.write("half a vocab")
             raise RuntimeError("disk full")
     assert open(path).read() == "[PAD]\n"
+    assert os.listdir(tmp_path) == ["vocab.txt"]  # nothing half-written left beside it
     with atomic_write(path) as f:  # the next write goes through
         f.write("[PAD]\n[UNK]\n")
     assert open(path).read() == "[PAD]\n[UNK]\n"
