@@ -1,7 +1,8 @@
 """Pre-train then fine-tune, against training from scratch for the same time, and TF-IDF + LR.
 
     .venv/bin/pip install -e ".[bench]"
-    .venv/bin/python bench/pretraining.py [--cache bench/cache] [--pretrain-epochs 2] [--finetune-epochs 1]
+    .venv/bin/python bench/pretraining.py [--cache bench/cache] [--pretrain-epochs 2] [--finetune-epochs 1] \
+        [--config '{"train": {"seed": 2}}']
 
 On the tweet corpus of `bench/accuracy.py` (same cache, same 80/20 split):
 1. TF-IDF + logistic regression, as in `bench/accuracy.py`;
@@ -13,10 +14,12 @@ On the tweet corpus of `bench/accuracy.py` (same cache, same 80/20 split):
 (2) and (3) are trained and scored as in `bench/accuracy.py`: best epoch on a
 validation slice of the training split, test texts through the export.
 Prints accuracy, macro-F1 and seconds of each, and writes them as JSON after
-every arm (a long run keeps what it finished).
+every arm (a long run keeps what it finished). `--config` overrides the
+config of (2) and of both stages of (3), as in `bench/accuracy.py`.
 """
 
 import argparse
+import json
 import os
 import shutil
 import time
@@ -25,17 +28,17 @@ from accuracy import fetch_corpus, tfidf_logistic_regression, this_project
 from common import write_results
 
 
-def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, finetune_epochs):
+def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, finetune_epochs, overrides=None):
     from pipeline.config import Config, override
     from pipeline.pretrain import pretrain
 
     start = time.perf_counter()
     pretrain_dir = os.path.join(directory, "pretrain")
-    masked = pretrain(override(Config(), {"train": {"epochs": pretrain_epochs}}),
-                      pretrain_dir, train_path)
+    config = override(override(Config(), overrides or {}), {"train": {"epochs": pretrain_epochs}})
+    masked = pretrain(config, pretrain_dir, train_path)
     pretrain_seconds = time.perf_counter() - start
     result = this_project(train_path, test_path, os.path.join(directory, "finetune"), finetune_epochs,
-                          init_from=pretrain_dir)
+                          overrides, init_from=pretrain_dir)
     return {**result, "pretrain_epochs": pretrain_epochs, "finetune_epochs": finetune_epochs,
             "pretrain_seconds": pretrain_seconds, "masked_accuracy": masked["masked_accuracy"],
             "most_frequent_token_accuracy": masked["most_frequent_token_accuracy"]}
@@ -49,6 +52,9 @@ def main():
     parser.add_argument("--pretrain-epochs", type=int, default=2, help="masked-LM epochs (default 2)")
     parser.add_argument("--finetune-epochs", type=int, default=1,
                         help="classification epochs after pre-training (default 1)")
+    parser.add_argument("--config", type=json.loads, metavar="JSON",
+                        help="JSON overriding this project's config in both arms, e.g. "
+                        "'{\"train\": {\"seed\": 2}}'")
     parser.add_argument("--out", default=os.path.join("bench", "results", "pretraining.json"),
                         help="JSON of every arm's scores and times")
     args = parser.parse_args()
@@ -59,9 +65,9 @@ def main():
     for name, run in [
         ("tfidf_logistic_regression", lambda: tfidf_logistic_regression(train_path, test_path)),
         ("from_scratch", lambda: this_project(train_path, test_path, os.path.join(runs, "scratch"),
-                                              args.scratch_epochs)),
+                                              args.scratch_epochs, args.config)),
         ("pretrain_then_finetune", lambda: pretrain_then_finetune(
-            train_path, test_path, runs, args.pretrain_epochs, args.finetune_epochs)),
+            train_path, test_path, runs, args.pretrain_epochs, args.finetune_epochs, args.config)),
     ]:
         start = time.perf_counter()
         results[name] = run()
