@@ -1,7 +1,7 @@
-"""Pre-train then fine-tune, against training from scratch for the same time, and TF-IDF + LR.
+"""Pre-train then fine-tune, against training from scratch and TF-IDF + LR.
 
     .venv/bin/pip install -e ".[bench]"
-    .venv/bin/python bench/pretraining.py [--cache bench/cache] [--pretrain-epochs 2] [--finetune-epochs 1] \
+    .venv/bin/python bench/pretraining.py [--cache bench/cache] [--pretrain-epochs 3] [--finetune-epochs 3] \
         [--config '{"train": {"seed": 2}}']
 
 On the tweet corpus of `bench/accuracy.py` (same cache, same 80/20 split):
@@ -10,11 +10,13 @@ On the tweet corpus of `bench/accuracy.py` (same cache, same 80/20 split):
 3. masked-language-model pre-training on the training texts (labels unused)
    with the same model config, then `--init-from` fine-tuning
    (`--pretrain-epochs`, `--finetune-epochs`; the seconds of each arm are
-   printed: 3 + 3 epochs took 2.5x the time of 3 from scratch here).
+   printed: 3 + 3 epochs took 3.1x-3.7x the time of 3 from scratch here).
 (2) and (3) are trained and scored as in `bench/accuracy.py`: best epoch on a
 validation slice of the training split, test texts through the export.
 Prints accuracy, macro-F1 and seconds of each, and writes them as JSON after
-every arm (a long run keeps what it finished). `--config` overrides the
+every arm (a long run keeps what it finished); at the end, each Transformer
+arm against TF-IDF and pre-training against from scratch, with 95% paired
+bootstrap intervals (`compare` of `bench/accuracy.py`). `--config` overrides the
 config of (2) and of both stages of (3), as in `bench/accuracy.py`.
 """
 
@@ -24,7 +26,7 @@ import os
 import shutil
 import time
 
-from accuracy import fetch_corpus, tfidf_logistic_regression, this_project
+from accuracy import compare, fetch_corpus, read, tfidf_logistic_regression, this_project
 from common import write_results
 
 
@@ -44,14 +46,23 @@ def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, fi
             "most_frequent_token_accuracy": masked["most_frequent_token_accuracy"]}
 
 
+def add_comparisons(results, predictions, test_labels):
+    """Adds `vs_<arm>` differences with bootstrap intervals to the finished arms."""
+    pairs = [("from_scratch", "tfidf_logistic_regression"), ("pretrain_then_finetune", "tfidf_logistic_regression"),
+             ("pretrain_then_finetune", "from_scratch")]
+    for name, baseline in pairs:
+        if name in results and baseline in results:
+            results[name][f"vs_{baseline}"] = compare(test_labels, predictions[name], predictions[baseline])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", default=os.path.join("bench", "cache"),
                         help="where the corpus is fetched to and the runs are kept")
     parser.add_argument("--scratch-epochs", type=int, help="epochs from scratch (default: the config's)")
-    parser.add_argument("--pretrain-epochs", type=int, default=2, help="masked-LM epochs (default 2)")
-    parser.add_argument("--finetune-epochs", type=int, default=1,
-                        help="classification epochs after pre-training (default 1)")
+    parser.add_argument("--pretrain-epochs", type=int, default=3, help="masked-LM epochs (default 3)")
+    parser.add_argument("--finetune-epochs", type=int, default=3,
+                        help="classification epochs after pre-training (default 3)")
     parser.add_argument("--config", type=json.loads, metavar="JSON",
                         help="JSON overriding this project's config in both arms, e.g. "
                         "'{\"train\": {\"seed\": 2}}'")
@@ -61,7 +72,7 @@ def main():
     train_path, test_path = fetch_corpus(args.cache)
     runs = os.path.join(args.cache, "pretraining_runs")
     shutil.rmtree(runs, ignore_errors=True)  # never resume a run of other code
-    results = {}
+    results, predictions = {}, {}
     for name, run in [
         ("tfidf_logistic_regression", lambda: tfidf_logistic_regression(train_path, test_path)),
         ("from_scratch", lambda: this_project(train_path, test_path, os.path.join(runs, "scratch"),
@@ -72,11 +83,19 @@ def main():
         start = time.perf_counter()
         results[name] = run()
         results[name]["seconds"] = time.perf_counter() - start
+        predictions[name] = results[name].pop("predictions")
         print(name, results[name], flush=True)
         write_results(results, args.out)
-    print(f"\n{'':<28}{'accuracy':>10}{'macro-F1':>10}{'seconds':>10}")
+    with open(os.path.join(args.cache, "pretraining_predictions.json"), "w") as f:  # for comparisons after the fact
+        json.dump(predictions, f)
+    add_comparisons(results, predictions, read(test_path)[1])
+    write_results(results, args.out)
+    print(f"\n{'':<28}{'accuracy':>10}{'macro-F1':>10}{'seconds':>10}   accuracy minus TF-IDF's, 95% interval")
     for name, result in results.items():
-        print(f"{name:<28}{result['accuracy']:>10.4f}{result['macro_f1']:>10.4f}{result['seconds']:>10.0f}")
+        versus = result.get("vs_tfidf_logistic_regression", {}).get("accuracy")
+        versus = "" if versus is None else "   {:+.4f} [{:+.4f}, {:+.4f}]".format(versus["difference"],
+                                                                             *versus["interval95"])
+        print(f"{name:<28}{result['accuracy']:>10.4f}{result['macro_f1']:>10.4f}{result['seconds']:>10.0f}{versus}")
 
 
 if __name__ == "__main__":
