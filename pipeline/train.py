@@ -3,7 +3,9 @@
     python -m pipeline.train --train FILES --eval FILES --model-dir DIR [--tpu [NAME|local]]
 
 With no --train, it trains on the embedded demo corpus. Killed and started
-again with the same command, it resumes from its last checkpoint.
+again with the same command, it resumes from its last checkpoint. With
+--pretrain-epochs N it first pre-trains on the training texts (masked-LM, as
+pipeline.pretrain does, in DIR/pretrain) and starts from that.
 """
 
 import argparse
@@ -24,13 +26,14 @@ from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.labels import load_label_names
 from pipeline.metrics import classification_report, format_report
 from pipeline.model import build_model
-from pipeline.pretrain import initialize_from
+from pipeline.pretrain import initialize_from, pretrain
 from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, Trainer, TrainingError, build_optimizer
 
 METRICS_FILE = "metrics.json"
+PRETRAIN_DIR = "pretrain"  # a run's own pre-training, with train.pretrain_epochs
 
 
 def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu=None,
@@ -40,13 +43,23 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     `strategy` overrides the one `resolve_strategy(tpu)` picks; `init_from`
     is a `pipeline.pretrain` run whose vocabulary, embeddings and encoder
     the classifier starts from; `vocabulary_from` a run whose vocabulary
-    alone it takes (ensemble members share one). Returns the final
-    evaluation report (also written to `metrics.json`).
+    alone it takes (ensemble members share one). With
+    `train.pretrain_epochs`, the run pre-trains on its training texts first
+    and starts from that. Returns the final evaluation report (also written
+    to `metrics.json`).
     """
+    if config.train.pretrain_epochs < 0:
+        raise ValueError(f"train.pretrain_epochs must be 0 (none) or more, got {config.train.pretrain_epochs}")
+    if config.train.pretrain_epochs and (init_from or vocabulary_from):
+        raise ValueError("--pretrain-epochs pre-trains on the training texts and takes that vocabulary; "
+                         "leave out --init-from and --vocabulary-from")
     if init_from and vocabulary_from:
         raise ValueError("--init-from brings its own vocabulary; leave out --vocabulary-from")
     strategy = strategy or resolve_strategy(tpu)
-    precision = configure_runtime(config, tpu)
+    train_paths, eval_paths = data_paths(train_paths, eval_paths, output_dir(model_dir, strategy))
+    if config.train.pretrain_epochs:
+        init_from = _pretrain_on_training_texts(config, model_dir, train_paths, tpu, strategy)
+    precision = configure_runtime(config, tpu)  # after pre-training: the same seeds as with --init-from
     config, names, tokenizer, train, evaluation = prepare_run(
         config, model_dir, train_paths, eval_paths, vocabulary_from=init_from or vocabulary_from,
         strategy=strategy)
@@ -73,8 +86,29 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     return report
 
 
-def prepare_run(config, model_dir, train_paths=None, eval_paths=None, vocabulary_from=None, strategy=None):
-    """Reads the data, learns (or reloads) the vocabulary and fixes the config.
+def data_paths(train_paths, eval_paths, directory):
+    """The files to train and evaluate on; without training files, the demo
+    corpus, written to `directory/demo_data`."""
+    if train_paths is None:
+        return write_demo_corpus(os.path.join(directory, "demo_data"))
+    if not eval_paths:
+        raise ValueError("--eval is required with --train")
+    return train_paths, eval_paths
+
+
+def _pretrain_on_training_texts(config, model_dir, train_paths, tpu, strategy):
+    """`pipeline.pretrain` on `train_paths`' texts for `train.pretrain_epochs`,
+    in `model_dir/pretrain`; returns that directory. A resumed run resumes
+    it, or finds it done."""
+    directory = os.path.join(model_dir, PRETRAIN_DIR)
+    pretrain(override(config, {"train": {"epochs": config.train.pretrain_epochs}}), directory, train_paths,
+             tpu=tpu, strategy=strategy)
+    return directory
+
+
+def prepare_run(config, model_dir, train_paths, eval_paths, vocabulary_from=None, strategy=None):
+    """Reads the data (files as `data_paths` gives them), learns (or reloads)
+    the vocabulary and fixes the config.
 
     With `vocabulary_from` (a run directory), its vocabulary is used instead
     of learning one; the labels still come from the training data. A
@@ -86,10 +120,6 @@ def prepare_run(config, model_dir, train_paths=None, eval_paths=None, vocabulary
     """
     output = output_dir(model_dir, strategy or tf.distribute.get_strategy())
     os.makedirs(output, exist_ok=True)
-    if train_paths is None:
-        train_paths, eval_paths = write_demo_corpus(os.path.join(output, "demo_data"))
-    if not eval_paths:
-        raise ValueError("--eval is required with --train")
     train_examples = read_split(train_paths, config.data)  # read once: vocabulary and split
     names, tokenizer = _vocabulary(model_dir, output, config, train_examples, vocabulary_from)
     train = load_split(train_examples, config.data, tokenizer, names)
@@ -181,11 +211,13 @@ def parse_args(argv=None):
         "tokenizer": ("data", "tokenizer", str), "max-length": ("model", "max_length", int),
         "epochs": ("train", "epochs", int), "batch-size": ("train", "batch_size", int),
         "learning-rate": ("train", "learning_rate", float), "seed": ("train", "seed", int),
+        "pretrain-epochs": ("train", "pretrain_epochs", int),
         "steps-per-execution": ("train", "steps_per_execution", int),
         "checkpoint-every": ("train", "checkpoint_every", int),
         "precision": ("train", "precision", str),
     }
     notes = {"tokenizer": "wordpiece or word; ", "max-length": "0 derives it from the training data; ",
+             "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
              "precision": "auto, float32 or mixed_bfloat16; "}
     for flag, (section, field, kind) in flags.items():
         default = getattr(getattr(Config(), section), field)

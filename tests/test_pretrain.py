@@ -1,4 +1,5 @@
 import dataclasses
+import json
 import os
 import random
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.config import Config, PretrainConfig
+from pipeline.config import Config, PretrainConfig, override
 from pipeline.demo_corpus import generate, write_demo_corpus
 from pipeline.masking import mask_tokens, swap_segments
 from pipeline.model import build_model, build_pretraining_model
@@ -107,6 +108,26 @@ def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
                                 init_from=run)
     assert report["examples"] == 64
     assert Tokenizer.load(str(tmp_path / "classifier")).vocabulary == Tokenizer.load(run).vocabulary
+
+
+def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
+    corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
+    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "pretrain_epochs": 2}})
+    one = train_and_evaluate(config, str(tmp_path / "one"), *corpus, export=False)
+    with open(tmp_path / "one" / "pretrain" / "pretrain_metrics.json") as f:
+        assert len(json.load(f)["loss_by_epoch"]) == 2
+    assert Tokenizer.load(str(tmp_path / "one")).vocabulary == Tokenizer.load(str(tmp_path / "one" / "pretrain")).vocabulary
+    # The same run as the two commands, to the last digit.
+    pretrain(override(config, {"train": {"epochs": 2}}), str(tmp_path / "pre"), corpus[0])
+    two = train_and_evaluate(override(config, {"train": {"pretrain_epochs": 0}}), str(tmp_path / "two"), *corpus,
+                             export=False, init_from=str(tmp_path / "pre"))
+    assert one["train_loss_by_epoch"] == two["train_loss_by_epoch"]
+    assert one["confusion_matrix"] == two["confusion_matrix"]
+    # Started again, the run finds both stages done and ends where it ended.
+    again = train_and_evaluate(config, str(tmp_path / "one"), *corpus, export=False)
+    assert again["confusion_matrix"] == one["confusion_matrix"]
+    with pytest.raises(ValueError, match="leave out --init-from and --vocabulary-from"):
+        train_and_evaluate(config, str(tmp_path / "three"), *corpus, init_from=str(tmp_path / "pre"))
 
 
 def test_mismatches_are_clear_errors(pretrained):

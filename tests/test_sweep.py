@@ -66,6 +66,13 @@ def test_narrowing_the_space():
         narrow(SEARCH_SPACE, {"depth": 3})
 
 
+def test_a_sweep_refuses_pretraining_before_reading_anything(tmp_path):
+    config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 3}})
+    with pytest.raises(ValueError, match="train.pretrain_epochs is 3: sweep trials train from scratch"):
+        run_sweep(config, str(tmp_path / "sweep"), None, None)
+    assert not os.path.exists(tmp_path / "sweep")
+
+
 def test_every_random_trial_completes_with_a_score(tmp_path, corpus):
     directory = str(tmp_path / "sweep")
     rows = run_sweep(Config.from_dict(BASE), directory, *corpus, "random", max_trials=3,

@@ -247,6 +247,14 @@ def test_tpu_flag_without_a_tpu_fails_clearly(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_missing_eval_files_and_negative_pretraining_fail_before_any_work(tmp_path, corpus):
+    with pytest.raises(ValueError, match="--eval is required with --train"):
+        train_and_evaluate(Config(), str(tmp_path / "run"), corpus[0], None)
+    with pytest.raises(ValueError, match="train.pretrain_epochs must be 0 .none. or more, got -1"):
+        train_and_evaluate(Config.from_dict({"train": {"pretrain_epochs": -1}}), str(tmp_path / "run"), *corpus)
+    assert not os.path.exists(tmp_path / "run")
+
+
 def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, corpus):
     model_dir = str(tmp_path / "old")
     # What runs from before these fields did.

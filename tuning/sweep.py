@@ -18,12 +18,11 @@ import os
 import sys
 
 from pipeline.config import Config, override
-from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.model_dir import restore_model
 from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy
-from pipeline.train import prepare_run
+from pipeline.train import data_paths, prepare_run
 from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow
 
@@ -33,13 +32,15 @@ PROJECT = "trials"
 def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", max_trials=10,
               objective="val_accuracy", space_overrides=None, tpu=None, export_best=False):
     """Runs (or continues) a sweep; returns the rows of the results table."""
+    if config.train.pretrain_epochs:  # trials change the shapes a pre-trained encoder would have to fit
+        raise ValueError(f"train.pretrain_epochs is {config.train.pretrain_epochs}: sweep trials train from "
+                         "scratch; set it to 0")
     strategy = resolve_strategy(tpu)
     configure_runtime(config, tpu)
     tuner_id = os.environ.get("KERASTUNER_TUNER_ID")
     # Each process of a distributed sweep reads the data once into its own folder.
     data_dir = os.path.join(directory, f"data_{tuner_id}") if tuner_id else directory
-    if train_paths is None:
-        train_paths, eval_paths = write_demo_corpus(os.path.join(data_dir, "demo_data"))
+    train_paths, eval_paths = data_paths(train_paths, eval_paths, data_dir)
     max_length = config.model.max_length  # 0: derived from each trial's vocabulary
     config, names, tokenizer, train, evaluation = prepare_run(config, data_dir, train_paths, eval_paths)
     space = narrow(SEARCH_SPACE, space_overrides or {})
