@@ -211,6 +211,16 @@ def compare(labels, first, second, resamples=2000, seed=0):
             for metric, values in differences.items()}
 
 
+def print_table(results):
+    """Accuracy, macro-F1 and seconds of every arm, with its accuracy minus TF-IDF's."""
+    print(f"\n{'':<28}{'accuracy':>10}{'macro-F1':>10}{'seconds':>10}   accuracy minus TF-IDF's, 95% interval")
+    for name, result in results.items():
+        versus = result.get("vs_tfidf_logistic_regression", {}).get("accuracy")
+        versus = "" if versus is None else "   {:+.4f} [{:+.4f}, {:+.4f}]".format(versus["difference"],
+                                                                             *versus["interval95"])
+        print(f"{name:<28}{result['accuracy']:>10.4f}{result['macro_f1']:>10.4f}{result['seconds']:>10.0f}{versus}")
+
+
 def keras_hub_albert(train_path, test_path, epochs, config):
     """keras-hub's classifier with `config` (this project's resolved run config):
     its dimensions, max length, vocabulary settings, seed and optimizer."""
@@ -298,12 +308,7 @@ def main():
         for baseline in baselines:
             if baseline in results and name != baseline:
                 results[name][f"vs_{baseline}"] = compare(test_labels, predictions[name], predictions[baseline])
-    print(f"\n{'':<28}{'accuracy':>10}{'macro-F1':>10}{'seconds':>10}   accuracy minus TF-IDF's, 95% interval")
-    for name, result in results.items():
-        versus = result.get("vs_tfidf_logistic_regression", {}).get("accuracy")
-        versus = "" if versus is None else "   {:+.4f} [{:+.4f}, {:+.4f}]".format(versus["difference"],
-                                                                             *versus["interval95"])
-        print(f"{name:<28}{result['accuracy']:>10.4f}{result['macro_f1']:>10.4f}{result['seconds']:>10.0f}{versus}")
+    print_table(results)
     write_results(results, args.out)
 
 

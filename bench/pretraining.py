@@ -26,7 +26,7 @@ import os
 import shutil
 import time
 
-from accuracy import compare, fetch_corpus, read, tfidf_logistic_regression, this_project
+from accuracy import compare, fetch_corpus, print_table, read, tfidf_logistic_regression, this_project
 from common import write_results
 
 
@@ -90,12 +90,7 @@ def main():
         json.dump(predictions, f)
     add_comparisons(results, predictions, read(test_path)[1])
     write_results(results, args.out)
-    print(f"\n{'':<28}{'accuracy':>10}{'macro-F1':>10}{'seconds':>10}   accuracy minus TF-IDF's, 95% interval")
-    for name, result in results.items():
-        versus = result.get("vs_tfidf_logistic_regression", {}).get("accuracy")
-        versus = "" if versus is None else "   {:+.4f} [{:+.4f}, {:+.4f}]".format(versus["difference"],
-                                                                             *versus["interval95"])
-        print(f"{name:<28}{result['accuracy']:>10.4f}{result['macro_f1']:>10.4f}{result['seconds']:>10.0f}{versus}")
+    print_table(results)
 
 
 if __name__ == "__main__":
