@@ -128,9 +128,10 @@ class TrainConfig:
     weight_decay: float = 0.01
     # Gradients are clipped to this global norm.
     clip_norm: float = 1.0
-    # Training batches group examples of similar length and are cut to their
-    # longest one, rounded up to a multiple of this: padding costs as much as
-    # real tokens, and most texts are far shorter than max_length. The logits
+    # Training batches (classification and masked-LM) group examples of
+    # similar length and are cut to their longest one, rounded up to a
+    # multiple of this: padding costs as much as real tokens, and most texts
+    # are far shorter than max_length. The logits
     # are the same either way (padding is masked and zeroed). 0 keeps
     # max_length; TPUs always do, as they need static shapes.
     length_bucket: int = 16

@@ -100,32 +100,53 @@ def train_dataset(split, global_batch_size, seed, epoch=0, skip_batches=0,
     excepted) becomes [UNK], drawn from `(seed, epoch, step)` alone. Batches
     are per replica under `input_context`.
     """
-    batch_size, dataset = _per_pipeline(split.ids, split.labels, global_batch_size, input_context)
-    # This host's share of one step: the batches of its replicas.
-    step_size = global_batch_size // (input_context.num_input_pipelines if input_context else 1)
-    # Whole-corpus buffer: the arrays are in memory already.
+    dataset = tf.data.Dataset.from_tensor_slices((split.ids, split.labels))
+    batch_size, step_size, dataset = per_pipeline(dataset, global_batch_size, input_context)
     epoch_seed = seed * 1000 + epoch  # every draw of the epoch derives from it
-    dataset = dataset.shuffle(len(split), seed=epoch_seed, reshuffle_each_iteration=False)
+    dataset = shuffled_steps(dataset, len(split), step_size, epoch_seed, _sort_by_length if length_bucket else None)
     if length_bucket:
-        # Sort windows of shuffled examples by length, so batches cut from
-        # them need little padding; any example can still meet any other.
-        dataset = dataset.batch(LENGTH_WINDOW_BATCHES * step_size).map(_sort_by_length).unbatch()
-    # Dropping the remainder keeps the batch dimension static, as TPUs need.
-    dataset = dataset.batch(step_size, drop_remainder=True)
-    if length_bucket:
-        # Short and long batches interleave instead of coming in sorted runs;
-        # a whole step is cut at once, so its replicas get the same length.
-        dataset = dataset.shuffle(LENGTH_WINDOW_BATCHES, seed=epoch_seed,
-                                  reshuffle_each_iteration=False)
         dataset = dataset.map(functools.partial(_cut_padding, length_bucket=length_bucket))
     if token_dropout:
         pipeline = input_context.input_pipeline_id if input_context else 0
         dataset = dataset.enumerate().map(functools.partial(
             _drop_tokens, rate=token_dropout, seed=epoch_seed * 1000 + pipeline))
-    dataset = dataset.skip(skip_batches)
-    if batch_size != step_size:  # one batch per local replica, in turn
-        dataset = dataset.unbatch().batch(batch_size, drop_remainder=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return replica_batches(dataset.skip(skip_batches), batch_size, step_size)
+
+
+def shuffled_steps(dataset, count, step_size, epoch_seed, sort_window=None):
+    """`dataset` (this host's examples, `count` of them or fewer) shuffled
+    by `epoch_seed` into batches of one step's examples on this host.
+
+    With `sort_window` (a function sorting a batch of examples by length),
+    windows of `LENGTH_WINDOW_BATCHES` steps are sorted by length before
+    batching, so steps cut to their longest example need little padding,
+    and the steps are shuffled again within `LENGTH_WINDOW_BATCHES`.
+    """
+    # Whole-corpus buffer: the examples are in memory already.
+    dataset = dataset.shuffle(count, seed=epoch_seed, reshuffle_each_iteration=False)
+    if sort_window:
+        # Any example can still meet any other: the windows are shuffled.
+        dataset = dataset.batch(LENGTH_WINDOW_BATCHES * step_size).map(sort_window).unbatch()
+    # Dropping the remainder keeps the batch dimension static, as TPUs need.
+    dataset = dataset.batch(step_size, drop_remainder=True)
+    if sort_window:
+        # Short and long steps interleave instead of coming in sorted runs.
+        dataset = dataset.shuffle(LENGTH_WINDOW_BATCHES, seed=epoch_seed, reshuffle_each_iteration=False)
+    return dataset
+
+
+def replica_batches(steps, batch_size, step_size):
+    """Steps split into batches of one replica, in turn; cut or masked as a
+    whole step first, the replicas of a step get the same length."""
+    if batch_size != step_size:
+        steps = steps.unbatch().batch(batch_size, drop_remainder=True)
+    return steps.prefetch(tf.data.AUTOTUNE)
+
+
+def usable_length_bucket(config, strategy):
+    """`train.length_bucket`, or 0 under a TPU: TPUs need static shapes, so
+    their batches keep `max_length`."""
+    return 0 if isinstance(strategy, tf.distribute.TPUStrategy) else config.train.length_bucket
 
 
 def _lengths(ids):
@@ -164,8 +185,8 @@ def eval_dataset(split, global_batch_size, input_context=None):
     ids = np.concatenate([split.ids, np.zeros((padding, split.ids.shape[1]), "int32")])
     labels = np.concatenate([split.labels, np.zeros(padding, "int32")])
     weights = np.concatenate([np.ones(len(split), "float32"), np.zeros(padding, "float32")])
-    batch_size, dataset = _per_pipeline(ids, (labels, weights), global_batch_size, input_context)
-    dataset = dataset.map(lambda x, y: (x, y[0], y[1]))
+    dataset = tf.data.Dataset.from_tensor_slices((ids, labels, weights))
+    batch_size, _, dataset = per_pipeline(dataset, global_batch_size, input_context)
     return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
@@ -175,10 +196,10 @@ def distribute(strategy, make_dataset, *args, **kwargs):
         lambda context: make_dataset(*args, input_context=context, **kwargs))
 
 
-def _per_pipeline(ids, labels, global_batch_size, input_context):
-    dataset = tf.data.Dataset.from_tensor_slices((ids, labels))
+def per_pipeline(dataset, global_batch_size, input_context):
+    """`(replica batch size, this host's step size, this host's shard of dataset)`."""
     if input_context is None:
-        return global_batch_size, dataset
+        return global_batch_size, global_batch_size, dataset
     if global_batch_size % input_context.num_replicas_in_sync:
         raise ValueError(
             f"batch size {global_batch_size} does not divide evenly among "
@@ -186,4 +207,5 @@ def _per_pipeline(ids, labels, global_batch_size, input_context):
     if input_context.num_input_pipelines > 1:  # one shard per host
         dataset = dataset.shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)
-    return input_context.get_per_replica_batch_size(global_batch_size), dataset
+    return (input_context.get_per_replica_batch_size(global_batch_size),
+            global_batch_size // input_context.num_input_pipelines, dataset)

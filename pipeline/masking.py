@@ -9,11 +9,13 @@ slots, weight 0 where unused, so shapes are static on TPUs. Optionally,
 ALBERT's sentence-order task too (`swap_segments`).
 """
 
+import functools
+
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops import item_selector_ops
 
-
+from pipeline.dataset import per_pipeline, replica_batches, shuffled_steps
 from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, first_words, one_word
 
 
@@ -76,8 +78,11 @@ def swap_segments(word_ids, max_length):
     return ordered, tf.cast(swapped, tf.int32), tf.cast(cuttable, tf.float32)
 
 
-def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config):
+def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config, length_bucket=0):
     """Masks a batch of `Tokenizer.word_ids` output.
+
+    With `length_bucket`, `token_ids` are cut to the longest sequence of the
+    batch rounded up to a multiple of it, instead of `max_length`.
 
     Returns:
         `({"token_ids": (batch, max_length), "masked_positions": (batch, P)},
@@ -99,7 +104,7 @@ def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config):
         masked = masked.merge_dims(1, 2)
     slots = [None, pretrain_config.max_predictions]
     features = {
-        "token_ids": masked.to_tensor(default_value=PAD_ID, shape=[None, max_length]),
+        "token_ids": _pad(masked, max_length, length_bucket),
         # A whole word beyond the slots is left unpredicted: to_tensor truncates.
         "masked_positions": tf.cast(positions.to_tensor(shape=slots), tf.int32),
     }
@@ -111,24 +116,38 @@ def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config):
     return features, targets, weights
 
 
+def _pad(ids, max_length, length_bucket):
+    """Ragged ids to dense: to `max_length`, or with `length_bucket` to the
+    longest row rounded up to a multiple of it (`max_length` at most)."""
+    if not length_bucket:
+        return ids.to_tensor(default_value=PAD_ID, shape=[None, max_length])
+    longest = tf.reduce_max(ids.row_lengths())
+    length = tf.minimum(-(-longest // length_bucket) * length_bucket, max_length)
+    dense = ids.to_tensor(default_value=PAD_ID)
+    return tf.pad(dense, [[0, 0], [0, length - tf.shape(dense, out_type=tf.int64)[1]]], constant_values=PAD_ID)
+
+
 def masked_lm_dataset(texts, tokenizer, global_batch_size, pretrain_config, seed, epoch=0,
-                      skip_batches=0, input_context=None):
-    """One epoch of masked batches from a list of texts, shuffled by `(seed, epoch)`."""
-    batch_size = global_batch_size
+                      skip_batches=0, input_context=None, length_bucket=0):
+    """One epoch of masked batches from a list of texts, shuffled by `(seed, epoch)`.
+
+    Steps are made as `pipeline.dataset.train_dataset` makes them: with
+    `length_bucket`, the texts of a step have similar lengths and its
+    `token_ids` are cut to the longest (a dynamic length, which TPUs do not
+    allow); each step is masked whole, then split among this host's replicas.
+    """
     dataset = tf.data.Dataset.from_tensor_slices(texts)
-    if input_context is not None:
-        batch_size = input_context.get_per_replica_batch_size(global_batch_size)
-        if input_context.num_input_pipelines > 1:
-            dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    batch_size, step_size, dataset = per_pipeline(dataset, global_batch_size, input_context)
+    sort_window = functools.partial(_sort_by_length, tokenizer=tokenizer) if length_bucket else None
+    dataset = shuffled_steps(dataset, len(texts), step_size, seed * 1000 + epoch, sort_window)
     vocabulary_size = len(tokenizer.vocabulary)
-    return (
-        dataset
-        .shuffle(len(texts), seed=seed * 1000 + epoch, reshuffle_each_iteration=False)
-        .batch(batch_size, drop_remainder=True)  # static shapes
-        .skip(skip_batches)
-        # Tokenize and mask whole batches: the ops are vectorized. Sequential,
-        # so the random choices depend only on the seed and the batch order.
-        .map(lambda batch: mask_tokens(tokenizer.word_ids(batch), vocabulary_size,
-                                       tokenizer.max_length, pretrain_config))
-        .prefetch(tf.data.AUTOTUNE)
-    )
+    # Tokenize and mask whole steps: the ops are vectorized. Sequential, so
+    # the random choices depend only on the seed and the step order.
+    dataset = dataset.skip(skip_batches).map(lambda texts: mask_tokens(
+        tokenizer.word_ids(texts), vocabulary_size, tokenizer.max_length, pretrain_config, length_bucket))
+    return replica_batches(dataset, batch_size, step_size)
+
+
+def _sort_by_length(texts, tokenizer):
+    lengths = tokenizer.word_ids(texts).merge_dims(1, 2).row_lengths()
+    return tf.gather(texts, tf.argsort(lengths, stable=True))

@@ -42,7 +42,7 @@ def build_model(config):
 def build_pretraining_model(config, max_predictions, sentence_order=False):
     """The same embeddings and encoder under a masked-language-model head.
 
-    Inputs: `token_ids` int32 `(batch, max_length)` and `masked_positions`
+    Inputs: `token_ids` int32 `(batch, length <= max_length)` and `masked_positions`
     int32 `(batch, max_predictions)`. Output: float32 probabilities
     `(batch, max_predictions, vocabulary_size)`, through an output projection
     tied to the embedding. With `sentence_order`, the output is a dict of
@@ -53,7 +53,7 @@ def build_pretraining_model(config, max_predictions, sentence_order=False):
     (`pipeline.pretrain.initialize_from`).
     """
     _check_sizes(config, ("vocabulary_size", "max_length"))
-    token_ids = keras.Input((config.max_length,), dtype="int32", name="token_ids")
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")  # as build_model's
     positions = keras.Input((max_predictions,), dtype="int32", name="masked_positions")
     embedding, layer_outputs, _ = _encode(config, token_ids)
     last_layer = layer_outputs[:, -1]  # (batch, length, hidden), the top layer

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
-from pipeline.dataset import learn_tokenizer
+from pipeline.dataset import learn_tokenizer, usable_length_bucket
 from pipeline.masking import masked_lm_dataset
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
@@ -60,7 +60,8 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
                                         config.pretrain.sentence_order)
         trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir)
     make_dataset = functools.partial(masked_lm_dataset, texts, tokenizer, config.train.batch_size,
-                                     config.pretrain, config.train.seed)
+                                     config.pretrain, config.train.seed,
+                                     length_bucket=usable_length_bucket(config, strategy))
     losses = trainer.fit(make_dataset, len(texts), config.train.epochs)
     report = evaluate_masked_lm(model, make_dataset(epoch=config.train.epochs))
     report["loss_by_epoch"] = losses

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
-from pipeline.dataset import learn_vocabulary, load_split, read_split, train_dataset
+from pipeline.dataset import learn_vocabulary, load_split, read_split, train_dataset, usable_length_bucket
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.labels import load_label_names
@@ -152,10 +152,9 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
         print(f"validation accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f}")
         return report[config.train.best_metric]
 
-    # TPUs need static shapes: their batches keep max_length.
-    length_bucket = 0 if isinstance(strategy, tf.distribute.TPUStrategy) else config.train.length_bucket
     make_dataset = functools.partial(train_dataset, train, config.train.batch_size, config.train.seed,
-                                     length_bucket=length_bucket, token_dropout=config.train.token_dropout)
+                                     length_bucket=usable_length_bucket(config, strategy),
+                                     token_dropout=config.train.token_dropout)
     epoch_losses = trainer.fit(make_dataset, len(train), epochs, on_epoch_end)
     model.load_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
     report = _evaluate(trainer, evaluation, names)

@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from pipeline.config import Config, PretrainConfig, override
 from pipeline.demo_corpus import generate, write_demo_corpus
-from pipeline.masking import mask_tokens, swap_segments
+from pipeline.dataset import distribute
+from pipeline.masking import mask_tokens, masked_lm_dataset, swap_segments
 from pipeline.model import build_model, build_pretraining_model
 from pipeline.model_dir import restore_variables
 from pipeline.pretrain import initialize_from, pretrain
@@ -78,6 +79,67 @@ def test_whole_word_masking_takes_every_piece_of_a_word():
                 assert position + 1 in chosen  # the word's next piece is chosen too
                 checked += 1
     assert checked > 50
+
+
+def _steps_of(texts, **kwargs):
+    """Masked-LM steps whose chosen tokens stay as they were, so token_ids
+    show which texts a step holds; and each text's ids by its first word."""
+    tokenizer = Tokenizer.learn(texts, kind="word", min_count=1, max_length=64)
+    keep_tokens = PretrainConfig(max_predictions=8, mask_token_rate=0.0, random_token_rate=0.0)
+    dataset = masked_lm_dataset(texts, tokenizer, 32, keep_tokens, seed=7, **kwargs)
+    return dataset, {row[1]: (i, row) for i, row in enumerate(tokenizer(tf.constant(texts)).numpy().tolist())}
+
+
+def _varied_texts(count=640):
+    rng = random.Random(0)
+    return [f"t{i} " + " ".join(rng.choices("abcdefgh", k=rng.randint(0, 70))) for i in range(count)]
+
+
+def test_masked_lm_length_buckets_cut_only_padding_and_keep_every_text():
+    texts = _varied_texts()
+    dataset, index = _steps_of(texts, length_bucket=16)
+    steps, seen = list(dataset), []
+    assert len(steps) == 640 // 32
+    for features, targets, weights in steps:
+        ids, positions = features["token_ids"].numpy(), features["masked_positions"].numpy()
+        for id_row in ids.tolist():
+            text, full = index[id_row[1]]  # texts open with a word of their own
+            assert id_row == full[:ids.shape[1]] and not any(full[ids.shape[1]:])  # only padding cut
+            seen.append(text)
+        longest = max(int((ids[k] != PAD_ID).sum()) for k in range(len(ids)))
+        assert ids.shape == (32, min(-(-longest // 16) * 16, 64))  # the longest, rounded up
+        real = weights.numpy() > 0
+        assert (positions[real] < longest).all()
+        np.testing.assert_array_equal(np.take_along_axis(ids, positions, 1)[real], targets.numpy()[real])
+    assert sorted(seen) == list(range(640))  # each text once (640 = 20 whole steps)
+    # Similar lengths share a step: far fewer positions than max_length everywhere.
+    assert sum(f["token_ids"].shape[1] for f, _, _ in steps) * 32 < 0.7 * 640 * 64
+    assert len({f["token_ids"].shape[1] for f, _, _ in steps}) >= 3
+    again, _ = _steps_of(texts, length_bucket=16)
+    resumed, _ = _steps_of(texts, length_bucket=16, skip_batches=5)
+    for (first, _, _), (second, _, _) in zip(steps, again):
+        np.testing.assert_array_equal(first["token_ids"], second["token_ids"])
+    for (first, _, _), (second, _, _) in zip(steps[5:], resumed):
+        np.testing.assert_array_equal(first["token_ids"], second["token_ids"])
+
+
+@pytest.mark.parametrize("length_bucket", [0, 16])
+def test_masked_lm_replicas_share_the_steps_of_one_device(length_bucket):
+    # As in classification: each step is the single-device step split between
+    # the replicas, and a resumed run skips whole steps.
+    texts = _varied_texts()
+    single = [f["token_ids"].numpy() for f, _, _ in _steps_of(texts, length_bucket=length_bucket)[0]]
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    for skip in (0, 3):
+        dataset = distribute(strategy, lambda **kwargs: _steps_of(texts, **kwargs)[0],
+                             length_bucket=length_bucket, skip_batches=skip)
+        steps = 0
+        for (features, _, _), expected in zip(dataset, single[skip:]):
+            parts = [p.numpy() for p in strategy.experimental_local_results(features["token_ids"])]
+            assert [p.shape for p in parts] == [(16, expected.shape[1])] * 2
+            np.testing.assert_array_equal(np.concatenate(parts), expected)
+            steps += 1
+        assert steps == len(single) - skip
 
 
 def test_loss_falls_and_beats_the_most_frequent_token(pretrained):
