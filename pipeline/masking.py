@@ -4,8 +4,9 @@ Of the tokens of each sequence ([CLS], [SEP] and padding excluded), 15% are
 chosen (rounded per sequence, at least one, as BERT's data script does); of
 those 80% become [MASK], 10% a random token and 10% stay as they were (the
 rates are settable). With whole-word masking, all pieces of a chosen word are
-chosen together. Every sequence has exactly `max_predictions` prediction
-slots, weight 0 where unused, so shapes are static on TPUs. Optionally,
+chosen together. Every sequence of a batch has the same number of prediction
+slots, weight 0 where unused: `max_predictions`, so shapes are static on
+TPUs, or fewer in length-bucketed batches (`mask_tokens`). Optionally,
 ALBERT's sentence-order task too (`swap_segments`).
 """
 
@@ -82,7 +83,11 @@ def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config, length_b
     """Masks a batch of `Tokenizer.word_ids` output.
 
     With `length_bucket`, `token_ids` are cut to the longest sequence of the
-    batch rounded up to a multiple of it, instead of `max_length`.
+    batch rounded up to a multiple of it, instead of `max_length`, and
+    (without whole-word masking) the prediction slots to the most any row
+    of that length can have chosen, `ceil(length * mask_rate)`, instead of
+    `max_predictions`: on short texts most slots are empty, and the output
+    projection costs as much on an empty slot as on a real one.
 
     Returns:
         `({"token_ids": (batch, max_length), "masked_positions": (batch, P)},
@@ -102,14 +107,19 @@ def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config, length_b
     masked, positions, targets = tf_text.mask_language_model(ids, selector, chooser, axis=1)
     if masked.ragged_rank > 1:
         masked = masked.merge_dims(1, 2)
-    slots = [None, pretrain_config.max_predictions]
+    token_ids = _pad(masked, max_length, length_bucket)
+    slots = pretrain_config.max_predictions
+    if length_bucket and not pretrain_config.whole_word_masking:
+        # A row chooses max(1, round(n * rate)) of its n <= length - 1 tokens.
+        length = tf.cast(tf.shape(token_ids)[1], tf.float32)
+        slots = tf.minimum(slots, tf.cast(tf.math.ceil(length * pretrain_config.mask_rate), tf.int32))
     features = {
-        "token_ids": _pad(masked, max_length, length_bucket),
-        # A whole word beyond the slots is left unpredicted: to_tensor truncates.
-        "masked_positions": tf.cast(positions.to_tensor(shape=slots), tf.int32),
+        "token_ids": token_ids,
+        # A whole word beyond the slots is left unpredicted: cut here.
+        "masked_positions": tf.cast(_to_slots(positions, slots), tf.int32),
     }
-    weights = tf.ones_like(targets, tf.float32).to_tensor(shape=slots)
-    targets = tf.cast(targets.to_tensor(shape=slots), tf.int32)
+    weights = _to_slots(tf.ones_like(targets, tf.float32), slots)
+    targets = tf.cast(_to_slots(targets, slots), tf.int32)
     if pretrain_config.sentence_order:
         return (features, {"masked_lm": targets, "sentence_order": swapped},
                 {"masked_lm": weights, "sentence_order": order_weights})
@@ -125,6 +135,14 @@ def _pad(ids, max_length, length_bucket):
     length = tf.minimum(-(-longest // length_bucket) * length_bucket, max_length)
     dense = ids.to_tensor(default_value=PAD_ID)
     return tf.pad(dense, [[0, 0], [0, length - tf.shape(dense, out_type=tf.int64)[1]]], constant_values=PAD_ID)
+
+
+def _to_slots(values, slots):
+    """Ragged `(batch, (chosen))` to dense `(batch, slots)`, zero-padded or cut."""
+    if isinstance(slots, int):  # static, as TPUs need
+        return values.to_tensor(shape=[None, slots])
+    dense = values.to_tensor()[:, :slots]
+    return tf.pad(dense, [[0, 0], [0, slots - tf.shape(dense)[1]]])
 
 
 def masked_lm_dataset(texts, tokenizer, global_batch_size, pretrain_config, seed, epoch=0,

@@ -39,12 +39,13 @@ def build_model(config):
     return keras.Model(token_ids, probabilities, name="albert_classifier")
 
 
-def build_pretraining_model(config, max_predictions, sentence_order=False):
+def build_pretraining_model(config, sentence_order=False):
     """The same embeddings and encoder under a masked-language-model head.
 
-    Inputs: `token_ids` int32 `(batch, length <= max_length)` and `masked_positions`
-    int32 `(batch, max_predictions)`. Output: float32 probabilities
-    `(batch, max_predictions, vocabulary_size)`, through an output projection
+    Inputs: `token_ids` int32 `(batch, length <= max_length)` and
+    `masked_positions` int32 `(batch, predictions)` (the slots of
+    `pipeline.masking.mask_tokens`). Output: float32 probabilities
+    `(batch, predictions, vocabulary_size)`, through an output projection
     tied to the embedding. With `sentence_order`, the output is a dict of
     those (`masked_lm`) and `sentence_order` `(batch, 2)` probabilities from
     the top layer's [CLS] vector (ALBERT's sentence-order prediction). The
@@ -54,7 +55,7 @@ def build_pretraining_model(config, max_predictions, sentence_order=False):
     """
     _check_sizes(config, ("vocabulary_size", "max_length"))
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")  # as build_model's
-    positions = keras.Input((max_predictions,), dtype="int32", name="masked_positions")
+    positions = keras.Input((None,), dtype="int32", name="masked_positions")
     embedding, layer_outputs, _ = _encode(config, token_ids)
     last_layer = layer_outputs[:, -1]  # (batch, length, hidden), the top layer
     probabilities = MaskedLMHead(

@@ -56,8 +56,7 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
           f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}")
     steps = len(texts) // config.train.batch_size * config.train.epochs
     with strategy.scope():
-        model = build_pretraining_model(config.model, config.pretrain.max_predictions,
-                                        config.pretrain.sentence_order)
+        model = build_pretraining_model(config.model, config.pretrain.sentence_order)
         trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir)
     make_dataset = functools.partial(masked_lm_dataset, texts, tokenizer, config.train.batch_size,
                                      config.pretrain, config.train.seed,
@@ -82,8 +81,11 @@ def evaluate_masked_lm(model, dataset):
     With a sentence-order head, its accuracy too (chance is 0.5).
     """
     correct, targets_seen, order_correct, order_seen = 0, [], 0, 0
+    # Compiled once per batch shape; called eagerly, the model ran slower
+    # than the training steps.
+    predict = tf.function(lambda features: model(features, training=False))
     for features, targets, weights in dataset:
-        probabilities = model(features, training=False)
+        probabilities = predict(features)
         if isinstance(probabilities, dict):
             real = weights["sentence_order"].numpy() > 0
             predicted = np.argmax(probabilities["sentence_order"], axis=-1)
@@ -121,8 +123,7 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
     latest = tf.train.latest_checkpoint(os.path.join(pretrain_dir, CHECKPOINT_DIR))
     if latest is None:
         raise ValueError(f"--init-from {pretrain_dir}: no checkpoint to start from")
-    pretrained_model = build_pretraining_model(pretrained_config, pretrained.pretrain.max_predictions,
-                                               pretrained.pretrain.sentence_order)
+    pretrained_model = build_pretraining_model(pretrained_config, pretrained.pretrain.sentence_order)
     run_dir.restore_variables(pretrained_model, latest)
     for name in SHARED_LAYERS:
         model.get_layer(name).set_weights(pretrained_model.get_layer(name).get_weights())

@@ -154,10 +154,10 @@ def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
     config = Config.load(os.path.join(run, "config.json"))
     classifier = build_model(dataclasses.replace(config.model, num_classes=2))
     initialize_from(classifier, run, config.model, Tokenizer.load(run).vocabulary)
-    reference = build_pretraining_model(config.model, config.pretrain.max_predictions)
+    reference = build_pretraining_model(config.model)
     restore_variables(reference, tf.train.latest_checkpoint(os.path.join(run, CHECKPOINT_DIR)))
     trained = np.asarray(reference.get_layer("encoder").blocks[0].attention._query_dense.kernel)
-    initial = np.asarray(build_pretraining_model(config.model, 5).get_layer("encoder").blocks[0]
+    initial = np.asarray(build_pretraining_model(config.model).get_layer("encoder").blocks[0]
                          .attention._query_dense.kernel)
     assert np.abs(trained - initial).max() > 1e-3  # the reference really holds trained weights
     for name in ("embedding", "embedding_norm", "encoder"):
@@ -242,7 +242,7 @@ def test_sentence_order_prediction_learns_and_the_classifier_starts_from_it(tmp_
     saved = Config.load(os.path.join(run, "config.json"))
     classifier = build_model(dataclasses.replace(saved.model, num_classes=2))
     initialize_from(classifier, run, saved.model, Tokenizer.load(run).vocabulary)
-    reference = build_pretraining_model(saved.model, saved.pretrain.max_predictions, sentence_order=True)
+    reference = build_pretraining_model(saved.model, sentence_order=True)
     restore_variables(reference, tf.train.latest_checkpoint(os.path.join(run, CHECKPOINT_DIR)))
     for ours, theirs in zip(classifier.get_layer("encoder").get_weights(), reference.get_layer("encoder").get_weights()):
         np.testing.assert_array_equal(ours, theirs)
