@@ -173,6 +173,10 @@ class TrainConfig:
     # labelled data there is).
     keep_best_epoch: bool = True
 
+    def __post_init__(self):
+        if self.pretrain_epochs < 0:  # refused when the config is read, before any work
+            raise ValueError(f"train.pretrain_epochs must be 0 (none) or more, got {self.pretrain_epochs}")
+
 
 @dataclasses.dataclass
 class PretrainConfig:

@@ -48,8 +48,6 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     and starts from that. Returns the final evaluation report (also written
     to `metrics.json`).
     """
-    if config.train.pretrain_epochs < 0:
-        raise ValueError(f"train.pretrain_epochs must be 0 (none) or more, got {config.train.pretrain_epochs}")
     if config.train.pretrain_epochs and (init_from or vocabulary_from):
         raise ValueError("--pretrain-epochs pre-trains on the training texts and takes that vocabulary; "
                          "leave out --init-from and --vocabulary-from")

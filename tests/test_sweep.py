@@ -18,8 +18,10 @@ from process_helper import free_port
 from pipeline.config import Config
 from pipeline.dataset import learn_tokenizer, read_split
 from pipeline.demo_corpus import write_demo_corpus
-from pipeline.model_dir import save_vocabulary
-from pipeline.tokenizer import Tokenizer
+from pipeline.model import build_pretraining_model
+from pipeline.model_dir import load_config, restore_model, restore_variables, save_vocabulary
+from pipeline.tokenizer import MASK_ID, Tokenizer
+from pipeline.trainer import CHECKPOINT_DIR
 from pipeline.train import prepare_run
 from tuning.hypermodel import ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow, sample
@@ -66,11 +68,26 @@ def test_narrowing_the_space():
         narrow(SEARCH_SPACE, {"depth": 3})
 
 
-def test_a_sweep_refuses_pretraining_before_reading_anything(tmp_path):
-    config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 3}})
-    with pytest.raises(ValueError, match="train.pretrain_epochs is 3: sweep trials train from scratch"):
-        run_sweep(config, str(tmp_path / "sweep"), None, None)
-    assert not os.path.exists(tmp_path / "sweep")
+def test_trials_pretrain_with_their_own_shapes_then_start_from_it(tmp_path, corpus):
+    config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}})
+    space = {**SPACE, "num_layers": 1, "sharing": "all", "pooling": "mean", "learning_rate": 2e-3}
+    directory = str(tmp_path / "sweep")
+    rows = run_sweep(config, directory, *corpus, "random", max_trials=2, space_overrides=space)
+    assert sorted(row["hidden_size"] for row in rows) == [32, 64]  # two shapes
+    for row in rows:
+        trial_dir = os.path.join(directory, "trials", f"trial_{row['trial']}")
+        pretrain_dir = os.path.join(trial_dir, "pretrain")
+        assert load_config(pretrain_dir).model.hidden_size == row["hidden_size"]
+        assert Tokenizer.load(pretrain_dir).vocabulary == Tokenizer.load(trial_dir).vocabulary
+        pretrained = build_pretraining_model(load_config(pretrain_dir).model)
+        restore_variables(pretrained, tf.train.latest_checkpoint(os.path.join(pretrain_dir, CHECKPOINT_DIR)))
+        classifier = restore_model(trial_dir)[0]
+        # [MASK] never occurs in classification batches: its embedding row is
+        # the pre-trained one, which masked-LM training moved from its start.
+        ours, theirs = (m.get_layer("embedding").get_weights()[0][MASK_ID] for m in (classifier, pretrained))
+        np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-6)
+        fresh = build_pretraining_model(load_config(pretrain_dir).model).get_layer("embedding").get_weights()[0]
+        assert np.abs(theirs - fresh[MASK_ID]).max() > 1e-3
 
 
 def test_every_random_trial_completes_with_a_score(tmp_path, corpus):

@@ -3,7 +3,8 @@
 `ClassifierHyperModel.build(hp)` turns `hp` values into config overrides
 and calls `build_model`; `fit` trains with the project's own loop
 (`pipeline.train.fit_and_evaluate`: host loops, checkpoints, best epoch),
-so a trial is trained exactly as `pipeline.train` trains.
+so a trial is trained exactly as `pipeline.train` trains, pre-training on
+the training texts first with `train.pretrain_epochs`.
 """
 
 import dataclasses
@@ -17,8 +18,9 @@ from pipeline.dataset import learn_tokenizer, load_split, read_split
 from pipeline.files import atomic_write
 from pipeline.model import build_model
 from pipeline.model_dir import check_or_save_config, has_vocabulary, save_vocabulary
+from pipeline.pretrain import initialize_from, pretrain
 from pipeline.tokenizer import Tokenizer
-from pipeline.train import fit_and_evaluate
+from pipeline.train import PRETRAIN_DIR, fit_and_evaluate
 from tuning.search_space import sample
 
 OBJECTIVES = {"val_accuracy": "accuracy", "val_macro_f1": "macro_f1"}
@@ -98,6 +100,12 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
             raise ValueError(f"{trial_dir}: its checkpoints use another vocabulary than the one "
                              f"learned now for data.vocabulary_size {config.data.vocabulary_size}")
         save_vocabulary(trial_dir, tokenizer, names)
+        if config.train.pretrain_epochs:
+            # As pipeline.train does, with the trial's own shapes and vocabulary.
+            pretrain_dir = os.path.join(trial_dir, PRETRAIN_DIR)
+            pretrain(override(config, {"train": {"epochs": config.train.pretrain_epochs}}), pretrain_dir,
+                     self.data.paths[0], vocabulary_from=trial_dir, strategy=self.strategy)
+            initialize_from(model, pretrain_dir, config.model, tokenizer.vocabulary)
         report = fit_and_evaluate(model, config, self.strategy, train, evaluation, names,
                                   trial_dir, epochs=epochs)
         return {name: report[key] for name, key in OBJECTIVES.items()}

@@ -32,9 +32,6 @@ PROJECT = "trials"
 def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", max_trials=10,
               objective="val_accuracy", space_overrides=None, tpu=None, export_best=False):
     """Runs (or continues) a sweep; returns the rows of the results table."""
-    if config.train.pretrain_epochs:  # trials change the shapes a pre-trained encoder would have to fit
-        raise ValueError(f"train.pretrain_epochs is {config.train.pretrain_epochs}: sweep trials train from "
-                         "scratch; set it to 0")
     strategy = resolve_strategy(tpu)
     configure_runtime(config, tpu)
     tuner_id = os.environ.get("KERASTUNER_TUNER_ID")
