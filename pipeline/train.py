@@ -42,21 +42,22 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
 
     `strategy` overrides the one `resolve_strategy(tpu)` picks; `init_from`
     is a `pipeline.pretrain` run whose vocabulary, embeddings and encoder
-    the classifier starts from; `vocabulary_from` a run whose vocabulary
-    alone it takes (ensemble members share one). With
-    `train.pretrain_epochs`, the run pre-trains on its training texts first
-    and starts from that. Returns the final evaluation report (also written
-    to `metrics.json`).
+    the classifier starts from (with `train.pretrain_epochs` 0);
+    `vocabulary_from` a run whose vocabulary alone it takes (ensemble
+    members share one). With `train.pretrain_epochs`, the run pre-trains on
+    its training texts first and starts from that. Returns the final
+    evaluation report (also written to `metrics.json`).
     """
-    if config.train.pretrain_epochs and (init_from or vocabulary_from):
-        raise ValueError("--pretrain-epochs pre-trains on the training texts and takes that vocabulary; "
-                         "leave out --init-from and --vocabulary-from")
+    if config.train.pretrain_epochs and init_from:
+        raise ValueError(f"--init-from starts from {init_from}'s pre-training, but train.pretrain_epochs is "
+                         f"{config.train.pretrain_epochs}: add --pretrain-epochs 0, or leave out --init-from "
+                         "to pre-train on the training texts")
     if init_from and vocabulary_from:
         raise ValueError("--init-from brings its own vocabulary; leave out --vocabulary-from")
     strategy = strategy or resolve_strategy(tpu)
     train_paths, eval_paths = data_paths(train_paths, eval_paths, output_dir(model_dir, strategy))
     if config.train.pretrain_epochs:
-        init_from = _pretrain_on_training_texts(config, model_dir, train_paths, tpu, strategy)
+        init_from = _pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, tpu, strategy)
     precision = configure_runtime(config, tpu)  # after pre-training: the same seeds as with --init-from
     config, names, tokenizer, train, evaluation = prepare_run(
         config, model_dir, train_paths, eval_paths, vocabulary_from=init_from or vocabulary_from,
@@ -94,13 +95,13 @@ def data_paths(train_paths, eval_paths, directory):
     return train_paths, eval_paths
 
 
-def _pretrain_on_training_texts(config, model_dir, train_paths, tpu, strategy):
-    """`pipeline.pretrain` on `train_paths`' texts for `train.pretrain_epochs`,
-    in `model_dir/pretrain`; returns that directory. A resumed run resumes
-    it, or finds it done."""
+def _pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, tpu, strategy):
+    """`pipeline.pretrain` on `train_paths`' texts for `train.pretrain_epochs`
+    (with `vocabulary_from`'s vocabulary, if given), in `model_dir/pretrain`;
+    returns that directory. A resumed run resumes it, or finds it done."""
     directory = os.path.join(model_dir, PRETRAIN_DIR)
     pretrain(override(config, {"train": {"epochs": config.train.pretrain_epochs}}), directory, train_paths,
-             tpu=tpu, strategy=strategy)
+             vocabulary_from=vocabulary_from, tpu=tpu, strategy=strategy)
     return directory
 
 
@@ -200,7 +201,7 @@ def parse_args(argv=None):
     parser.add_argument("--tpu", nargs="?", const="local",
                         help="train on a TPU: 'local' (a TPU VM, the default) or a TPU name/address")
     parser.add_argument("--init-from", help="a pipeline.pretrain directory: start from its vocabulary, "
-                        "embeddings and encoder")
+                        "embeddings and encoder (with --pretrain-epochs 0)")
     parser.add_argument("--vocabulary-from", help="a pipeline.train or pipeline.pretrain directory: use its "
                         "vocabulary instead of learning one (members of an ensemble must share it)")
     flags = {  # flag: (config section, field, type)

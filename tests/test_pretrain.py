@@ -188,8 +188,17 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     # Started again, the run finds both stages done and ends where it ended.
     again = train_and_evaluate(config, str(tmp_path / "one"), *corpus, export=False)
     assert again["confusion_matrix"] == one["confusion_matrix"]
-    with pytest.raises(ValueError, match="leave out --init-from and --vocabulary-from"):
+    with pytest.raises(ValueError, match="train.pretrain_epochs is 2: add --pretrain-epochs 0"):
         train_and_evaluate(config, str(tmp_path / "three"), *corpus, init_from=str(tmp_path / "pre"))
+    # An ensemble member's --vocabulary-from is the pre-training's vocabulary too.
+    texts = [text for text, _ in generate(200, seed=9)]
+    other = Tokenizer.learn(texts, kind="word", vocabulary_size=40, min_count=1, max_length=24)
+    os.makedirs(tmp_path / "vocabulary")
+    other.save(str(tmp_path / "vocabulary"))
+    train_and_evaluate(config, str(tmp_path / "member"), *corpus, export=False,
+                       vocabulary_from=str(tmp_path / "vocabulary"))
+    for run in ("member", os.path.join("member", "pretrain")):
+        assert Tokenizer.load(str(tmp_path / run)).vocabulary == other.vocabulary
 
 
 def test_mismatches_are_clear_errors(pretrained):
