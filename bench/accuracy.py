@@ -116,11 +116,10 @@ def validation_split(train_path, cache):
     return paths
 
 
-def this_project(train_path, test_path, directory, epochs, overrides=None, init_from=None, whole_split=False):
+def this_project(train_path, test_path, directory, epochs, overrides=None, whole_split=False):
     """Trains on 90% of the training split, keeps the best epoch on the other 10%
     (never on the test split), and scores the exported SavedModel on the raw test texts.
 
-    `init_from`: a `pipeline.pretrain` run to fine-tune from (`--init-from`).
     `whole_split`: train on the whole training split and keep the last epoch
     (`train.keep_best_epoch` false), as keras-hub's arm does; the test split is
     then the evaluation files, reported on after every epoch, never choosing."""
@@ -132,7 +131,7 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, init_
         fit_path, validation_path = train_path, test_path
     else:
         fit_path, validation_path = validation_split(train_path, os.path.dirname(directory))
-    report = train_and_evaluate(config, directory, fit_path, validation_path, init_from=init_from)
+    report = train_and_evaluate(config, directory, fit_path, validation_path)
     result = {**score_export(os.path.join(directory, EXPORT_DIR), test_path), "epochs": config.train.epochs}
     if not whole_split:
         result["validation_accuracy"] = report["accuracy"]

@@ -1,23 +1,25 @@
-"""Pre-train then fine-tune, against training from scratch and TF-IDF + LR.
+"""Pre-training on the training texts, against training from scratch and TF-IDF + LR.
 
     .venv/bin/pip install -e ".[bench]"
-    .venv/bin/python bench/pretraining.py [--cache bench/cache] [--pretrain-epochs 3] [--finetune-epochs 3] \
+    .venv/bin/python bench/pretraining.py [--cache bench/cache] [--pretrain-epochs N] [--finetune-epochs N] \
         [--config '{"train": {"seed": 2}}']
 
 On the tweet corpus of `bench/accuracy.py` (same cache, same 80/20 split):
 1. TF-IDF + logistic regression, as in `bench/accuracy.py`;
-2. this project's default model trained from scratch for the config's epochs;
-3. masked-language-model pre-training on the training texts (labels unused)
-   with the same model config, then `--init-from` fine-tuning
-   (`--pretrain-epochs`, `--finetune-epochs`; the seconds of each arm are
-   printed: 3 + 3 epochs took 3.1x-3.7x the time of 3 from scratch here).
+2. this project's default model trained from scratch (`train.pretrain_epochs`
+   0) for the config's epochs;
+3. the default model with masked-language-model pre-training on the training
+   texts first (labels unused), `pipeline.train --pretrain-epochs N` in one
+   run (`--pretrain-epochs`, default: the config's; `--finetune-epochs`,
+   default: the config's epochs).
 (2) and (3) are trained and scored as in `bench/accuracy.py`: best epoch on a
 validation slice of the training split, test texts through the export.
-Prints accuracy, macro-F1 and seconds of each, and writes them as JSON after
-every arm (a long run keeps what it finished); at the end, each Transformer
-arm against TF-IDF and pre-training against from scratch, with 95% paired
-bootstrap intervals (`compare` of `bench/accuracy.py`). `--config` overrides the
-config of (2) and of both stages of (3), as in `bench/accuracy.py`.
+Prints accuracy, macro-F1 and seconds of each (and the masked-token accuracy
+of the pre-training), and writes them as JSON after every arm (a long run
+keeps what it finished); at the end, each Transformer arm against TF-IDF and
+pre-training against from scratch, with 95% paired bootstrap intervals
+(`compare` of `bench/accuracy.py`). `--config` overrides the config of (2)
+and (3), as in `bench/accuracy.py`.
 """
 
 import argparse
@@ -31,18 +33,21 @@ from common import write_results
 
 
 def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, finetune_epochs, overrides=None):
+    """`this_project` with `train.pretrain_epochs` (the config's when None)."""
     from pipeline.config import Config, override
-    from pipeline.pretrain import pretrain
+    from pipeline.pretrain import METRICS_FILE
+    from pipeline.train import PRETRAIN_DIR
 
-    start = time.perf_counter()
-    pretrain_dir = os.path.join(directory, "pretrain")
-    config = override(override(Config(), overrides or {}), {"train": {"epochs": pretrain_epochs}})
-    masked = pretrain(config, pretrain_dir, train_path)
-    pretrain_seconds = time.perf_counter() - start
-    result = this_project(train_path, test_path, os.path.join(directory, "finetune"), finetune_epochs,
-                          overrides, init_from=pretrain_dir)
-    return {**result, "pretrain_epochs": pretrain_epochs, "finetune_epochs": finetune_epochs,
-            "pretrain_seconds": pretrain_seconds, "masked_accuracy": masked["masked_accuracy"],
+    overrides = override(Config(), overrides or {}).to_dict()
+    if pretrain_epochs is not None:
+        overrides["train"]["pretrain_epochs"] = pretrain_epochs
+    if not overrides["train"]["pretrain_epochs"]:
+        raise ValueError("--pretrain-epochs must be 1 or more")
+    result = this_project(train_path, test_path, directory, finetune_epochs, overrides)
+    with open(os.path.join(directory, PRETRAIN_DIR, METRICS_FILE)) as f:
+        masked = json.load(f)
+    return {**result, "pretrain_epochs": overrides["train"]["pretrain_epochs"], "finetune_epochs": result["epochs"],
+            "masked_accuracy": masked["masked_accuracy"],
             "most_frequent_token_accuracy": masked["most_frequent_token_accuracy"]}
 
 
@@ -60,9 +65,9 @@ def main():
     parser.add_argument("--cache", default=os.path.join("bench", "cache"),
                         help="where the corpus is fetched to and the runs are kept")
     parser.add_argument("--scratch-epochs", type=int, help="epochs from scratch (default: the config's)")
-    parser.add_argument("--pretrain-epochs", type=int, default=3, help="masked-LM epochs (default 3)")
-    parser.add_argument("--finetune-epochs", type=int, default=3,
-                        help="classification epochs after pre-training (default 3)")
+    parser.add_argument("--pretrain-epochs", type=int, help="masked-LM epochs (default: the config's)")
+    parser.add_argument("--finetune-epochs", type=int,
+                        help="classification epochs after pre-training (default: the config's)")
     parser.add_argument("--config", type=json.loads, metavar="JSON",
                         help="JSON overriding this project's config in both arms, e.g. "
                         "'{\"train\": {\"seed\": 2}}'")
@@ -73,12 +78,15 @@ def main():
     runs = os.path.join(args.cache, "pretraining_runs")
     shutil.rmtree(runs, ignore_errors=True)  # never resume a run of other code
     results, predictions = {}, {}
+    config = args.config or {}
+    scratch = {**config, "train": {**config.get("train", {}), "pretrain_epochs": 0}}
     for name, run in [
         ("tfidf_logistic_regression", lambda: tfidf_logistic_regression(train_path, test_path)),
         ("from_scratch", lambda: this_project(train_path, test_path, os.path.join(runs, "scratch"),
-                                              args.scratch_epochs, args.config)),
+                                              args.scratch_epochs, scratch)),
         ("pretrain_then_finetune", lambda: pretrain_then_finetune(
-            train_path, test_path, runs, args.pretrain_epochs, args.finetune_epochs, args.config)),
+            train_path, test_path, os.path.join(runs, "pretrained"), args.pretrain_epochs, args.finetune_epochs,
+            args.config)),
     ]:
         start = time.perf_counter()
         results[name] = run()

@@ -28,7 +28,7 @@ CONFIG_FILE = "config.json"
 # had (not today's default): a saved config holds every field, so a missing
 # one means a run older than the field.
 FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-                        "train": {"length_bucket": 0}}
+                        "train": {"length_bucket": 0, "pretrain_epochs": 0}}
 
 
 def load_config(model_dir):

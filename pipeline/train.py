@@ -3,9 +3,10 @@
     python -m pipeline.train --train FILES --eval FILES --model-dir DIR [--tpu [NAME|local]]
 
 With no --train, it trains on the embedded demo corpus. Killed and started
-again with the same command, it resumes from its last checkpoint. With
---pretrain-epochs N it first pre-trains on the training texts (masked-LM, as
-pipeline.pretrain does, in DIR/pretrain) and starts from that.
+again with the same command, it resumes from its last checkpoint. It first
+pre-trains on the training texts for --pretrain-epochs (3 by default;
+masked-LM, as pipeline.pretrain does, in DIR/pretrain) and starts from that;
+--pretrain-epochs 0 trains from scratch.
 """
 
 import argparse

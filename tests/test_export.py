@@ -117,7 +117,7 @@ ENSEMBLE_MEMBER = {  # a few seconds of training each on the demo corpus
     "model": {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
               "num_heads": 2, "intermediate_size": 64},
     "data": {"tokenizer": "word", "min_count": 1},
-    "train": {"batch_size": 32, "epochs": 1, "learning_rate": 3e-3},
+    "train": {"batch_size": 32, "epochs": 1, "learning_rate": 3e-3, "pretrain_epochs": 0},
 }
 SENTENCES = ["our team beat their team", "the food was good but the room was awful", "", "北京"]
 

@@ -22,7 +22,7 @@ TINY = {
     "model": {"max_length": 24, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
               "num_heads": 2, "intermediate_size": 64, "dropout_rate": 0.0},
     "data": {"tokenizer": "word", "min_count": 1},
-    "train": {"batch_size": 32, "epochs": 3, "learning_rate": 3e-3, "checkpoint_every": 50},
+    "train": {"batch_size": 32, "epochs": 3, "learning_rate": 3e-3, "checkpoint_every": 50, "pretrain_epochs": 0},
     "pretrain": {"max_predictions": 5},
 }
 

@@ -29,7 +29,7 @@ from tuning.sweep import run_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = {"model": {"max_length": 16}, "data": {"tokenizer": "word", "min_count": 1},
-        "train": {"epochs": 1, "checkpoint_every": 5}}
+        "train": {"epochs": 1, "checkpoint_every": 5, "pretrain_epochs": 0}}
 SPACE = {"embedding_size": 16, "hidden_size": [32, 64], "num_heads": 2,
          "num_layers": {"min": 1, "max": 2, "step": 1}, "intermediate_multiple": 2,
          "dropout_rate": 0.0, "sharing": ["all", "none"], "pooling": ["flatten", "mean"],

@@ -25,7 +25,8 @@ TINY = {
     "model": {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
               "num_heads": 2, "intermediate_size": 64, "dropout_rate": 0.0},
     "data": {"tokenizer": "word", "min_count": 1},
-    "train": {"batch_size": 32, "epochs": 2, "learning_rate": 3e-3, "checkpoint_every": 10},
+    # Pre-training (on by default) has tests of its own in test_pretrain.py.
+    "train": {"batch_size": 32, "epochs": 2, "learning_rate": 3e-3, "checkpoint_every": 10, "pretrain_epochs": 0},
 }
 
 
@@ -259,7 +260,7 @@ def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, 
     model_dir = str(tmp_path / "old")
     # What runs from before these fields did.
     older = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-             "train": {"length_bucket": 0, "token_dropout": 0.0}}
+             "train": {"length_bucket": 0, "token_dropout": 0.0, "pretrain_epochs": 0}}
     config = Config.from_dict({**TINY, "model": {**TINY["model"], **older["model"]},
                                "train": {**TINY["train"], **older["train"]}})
     train_and_evaluate(config, model_dir, *corpus, export=False)
