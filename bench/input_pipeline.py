@@ -9,6 +9,9 @@ measures, on this machine and in this process:
   - warm input: an epoch of shuffled static-shape batches from those arrays;
   - training: steady-state examples/s of the default model (first compiled
     steps excluded);
+  - masked-LM input: an epoch of pre-training's batches from the texts
+    (tokenized and masked every step, length-bucketed as by default);
+  - masked-LM training: steady-state texts/s of the pre-training model;
 and prints their ratios. The target is input >= 20x training.
 """
 
@@ -25,7 +28,8 @@ import tensorflow as tf  # noqa: E402
 from pipeline.config import Config  # noqa: E402
 from pipeline.dataset import learn_vocabulary, load_split, train_dataset  # noqa: E402
 from pipeline.demo_corpus import generate  # noqa: E402
-from pipeline.model import build_model  # noqa: E402
+from pipeline.masking import masked_lm_dataset  # noqa: E402
+from pipeline.model import build_model, build_pretraining_model  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
 
@@ -59,11 +63,28 @@ def warm_input(split, config):
     return count / (time.perf_counter() - start)
 
 
-def training(split, config, model_dir, steps=30, warmup_steps=5):
-    model = build_model(config.model)
+def masked_lm_batches(texts, tokenizer, config, epoch=0):
+    return masked_lm_dataset(texts, tokenizer, config.train.batch_size, config.pretrain, seed=0, epoch=epoch,
+                             length_bucket=config.train.length_bucket)
+
+
+def masked_lm_input(texts, tokenizer, config):
+    start, count = time.perf_counter(), 0
+    for epoch in range(2):
+        for features, _, _ in masked_lm_batches(texts, tokenizer, config, epoch):
+            count += int(features["token_ids"].shape[0])
+    return count / (time.perf_counter() - start)
+
+
+def training(split, config, model_dir, steps=30, warmup_steps=5, texts=None, tokenizer=None):
+    """Steady-state examples/s of the classifier, or with `texts` of masked-LM pre-training."""
+    if texts is None:
+        model, dataset = build_model(config.model), train_dataset(split, config.train.batch_size, seed=0)
+    else:
+        model, dataset = build_pretraining_model(config.model), masked_lm_batches(texts, tokenizer, config)
     strategy = tf.distribute.get_strategy()
     trainer = Trainer(model, build_optimizer(config.train, 1000), strategy, config.train, model_dir)
-    iterator = iter(train_dataset(split, config.train.batch_size, seed=0).repeat())
+    iterator = iter(dataset.repeat())
     trainer._train_steps(iterator, tf.constant(warmup_steps))  # tracing and first compiled steps
     start = time.perf_counter()
     trainer._train_steps(iterator, tf.constant(steps))
@@ -87,14 +108,23 @@ def main():
         _, record_rate = cold_input(record_path, config, tokenizer, names)
         warm_rate = warm_input(split, config)
         train_rate = training(split, config, directory)
+        texts = [text for text, _ in generate(args.examples, seed=0)]
+        masked_rate = masked_lm_input(texts, tokenizer, config)
+        masked_train_rate = training(None, config, os.path.join(directory, "pretrain"), texts=texts,
+                                     tokenizer=tokenizer)
     results = {"examples": args.examples, "max_length": config.model.max_length,
                "batch_size": config.train.batch_size, "cold_csv_examples_per_s": csv_rate,
                "cold_tfrecord_examples_per_s": record_rate, "warm_examples_per_s": warm_rate,
-               "training_examples_per_s": train_rate}
+               "training_examples_per_s": train_rate, "masked_lm_input_examples_per_s": masked_rate,
+               "masked_lm_training_examples_per_s": masked_train_rate}
     print(f"{'stage':<34}{'examples/s':>12}{'x training':>12}")
-    for label, rate in [("cold input from CSV", csv_rate), ("cold input from TFRecord", record_rate),
-                        ("warm input (cached int32 arrays)", warm_rate), ("training, default model", train_rate)]:
-        print(f"{label:<34}{rate:>12,.0f}{rate / train_rate:>11.1f}x")
+    for label, rate, train in [("cold input from CSV", csv_rate, train_rate),
+                               ("cold input from TFRecord", record_rate, train_rate),
+                               ("warm input (cached int32 arrays)", warm_rate, train_rate),
+                               ("training, default model", train_rate, train_rate),
+                               ("masked-LM input (texts, masked)", masked_rate, masked_train_rate),
+                               ("masked-LM training", masked_train_rate, masked_train_rate)]:
+        print(f"{label:<34}{rate:>12,.0f}{rate / train:>11.1f}x")
     write_results(results, args.out)
 
 
