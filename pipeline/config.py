@@ -131,9 +131,9 @@ class TrainConfig:
     # Training batches (classification and masked-LM) group examples of
     # similar length and are cut to their longest one, rounded up to a
     # multiple of this: padding costs as much as real tokens, and most texts
-    # are far shorter than max_length. The logits
-    # are the same either way (padding is masked and zeroed). 0 keeps
-    # max_length; TPUs always do, as they need static shapes.
+    # are far shorter than max_length. The logits are the same either way
+    # (padding is masked and zeroed). 0 keeps max_length; TPUs always do, as
+    # they need static shapes.
     length_bucket: int = 16
     # Fraction of real tokens ([CLS] excepted) replaced by [UNK] in
     # classification training batches (not masked-LM's), a new draw every
@@ -149,12 +149,13 @@ class TrainConfig:
     # `pipeline.pretrain` then `--init-from`, in one run (the pre-trained run
     # is MODEL_DIR/pretrain); 0 trains from scratch. ALBERT is pre-trained,
     # then fine-tuned, and labelled sets are small. On bench/accuracy.py's
-    # 30k tweets (bench/pretraining.py, seeds 42 / 2 / 7), 3 gained 0.55,
-    # 0.85 and 0.56 points of test accuracy over training from scratch, at
-    # 2.0-2.7x the time (289-339 s against 126-143 s on 2 cores); with the
-    # padded masked-LM batches of before, 1.26, 0.88 and 0.85 at 3.1-3.7x
-    # (the same masked-token accuracy). 1 epoch gained nothing (+0.09), 5
-    # no more than 3.
+    # 30k tweets (seeds 42 / 2 / 7), 3 gained 0.60, 0.33 and 0.88 points of
+    # test accuracy over training from scratch, at about 2.3x the time
+    # (284-324 s against 126-143 s on 2 cores), and put the default run 0.85
+    # points above keras-hub's classifier given the same time (seed 42).
+    # Pre-training on all training texts gained 0.55 / 0.85 / 0.56, with
+    # the padded masked-LM batches of before 1.26 / 0.88 / 0.85 at 3.1-3.7x
+    # (bench/README.md). 1 epoch gained nothing (+0.09), 5 no more than 3.
     pretrain_epochs: int = 3
     # Training steps run per host round trip (TPUs want 50-1000).
     steps_per_execution: int = 1

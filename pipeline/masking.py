@@ -90,8 +90,9 @@ def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config, length_b
     projection costs as much on an empty slot as on a real one.
 
     Returns:
-        `({"token_ids": (batch, max_length), "masked_positions": (batch, P)},
-        targets (batch, P), weights (batch, P))`, P = `max_predictions`.
+        `({"token_ids": (batch, length), "masked_positions": (batch, P)},
+        targets (batch, P), weights (batch, P))`; length = `max_length` and
+        P = `max_predictions` unless cut as above.
         With `sentence_order`, the segments are swapped first
         (`swap_segments`), and targets and weights are dicts: `masked_lm` as
         above and `sentence_order` (batch,), 1 where swapped.
