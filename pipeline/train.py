@@ -58,7 +58,7 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     strategy = strategy or resolve_strategy(tpu)
     train_paths, eval_paths = data_paths(train_paths, eval_paths, output_dir(model_dir, strategy))
     if config.train.pretrain_epochs:
-        init_from = _pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, tpu, strategy)
+        init_from = pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, tpu, strategy)
     precision = configure_runtime(config, tpu)  # after pre-training: the same seeds as with --init-from
     config, names, tokenizer, train, evaluation = prepare_run(
         config, model_dir, train_paths, eval_paths, vocabulary_from=init_from or vocabulary_from,
@@ -96,10 +96,12 @@ def data_paths(train_paths, eval_paths, directory):
     return train_paths, eval_paths
 
 
-def _pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, tpu, strategy):
+def pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, tpu, strategy):
     """`pipeline.pretrain` on `train_paths`' texts for `train.pretrain_epochs`
     (with `vocabulary_from`'s vocabulary, if given), in `model_dir/pretrain`;
-    returns that directory. A resumed run resumes it, or finds it done."""
+    returns that directory. A resumed run resumes it, or finds it done.
+    Sweep trials call it too. `tpu` as `configure_runtime` takes it: the
+    pre-training sets the precision policy again, `auto` by the device."""
     directory = os.path.join(model_dir, PRETRAIN_DIR)
     pretrain(override(config, {"train": {"epochs": config.train.pretrain_epochs}}), directory, train_paths,
              vocabulary_from=vocabulary_from, tpu=tpu, strategy=strategy)

@@ -9,6 +9,7 @@ import time
 
 import dataclasses
 
+import keras
 import keras_tuner
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from pipeline.dataset import learn_tokenizer, read_split
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.model import build_pretraining_model
 from pipeline.model_dir import load_config, restore_model, restore_variables, save_vocabulary
+from pipeline.strategy import configure_runtime
 from pipeline.tokenizer import MASK_ID, Tokenizer
 from pipeline.trainer import CHECKPOINT_DIR
 from pipeline.train import prepare_run
@@ -177,6 +179,24 @@ def test_a_trial_directory_holding_another_vocabulary_is_refused(tmp_path, corpu
     save_vocabulary(trial_dir, learn_tokenizer(texts, dataclasses.replace(small, vocabulary_size=29), 16), names)
     with pytest.raises(ValueError, match="another vocabulary"):
         hypermodel.fit(hp, model, trial_dir=trial_dir)
+
+
+def test_a_trial_pretraining_keeps_the_sweeps_tpu_precision(tmp_path, corpus):
+    # Pre-training sets the precision policy again: under --tpu, "auto" must
+    # stay mixed_bfloat16 for the trials built after it, not fall to float32.
+    config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}})
+    config, names, tokenizer, train, evaluation = prepare_run(config, str(tmp_path), *corpus)
+    data = Vocabularies(config, 16, corpus, names, tokenizer, train, evaluation)
+    space = narrow(SEARCH_SPACE, {**SPACE, "hidden_size": 32, "num_layers": 1, "sharing": "all",
+                                  "pooling": "mean", "learning_rate": 2e-3, "token_dropout": 0.0})
+    hypermodel = ClassifierHyperModel(config, space, data, tf.distribute.get_strategy(), tpu="local")
+    hp = keras_tuner.HyperParameters()
+    try:
+        configure_runtime(config, "local")  # as run_sweep does under --tpu
+        hypermodel.fit(hp, hypermodel.build(hp), trial_dir=str(tmp_path / "trial"))
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
 
 
 def _command(directory, corpus, config_path, max_trials, tuner="random"):

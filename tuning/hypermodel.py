@@ -18,9 +18,9 @@ from pipeline.dataset import learn_tokenizer, load_split, read_split
 from pipeline.files import atomic_write
 from pipeline.model import build_model
 from pipeline.model_dir import check_or_save_config, has_vocabulary, save_vocabulary
-from pipeline.pretrain import initialize_from, pretrain
+from pipeline.pretrain import initialize_from
 from pipeline.tokenizer import Tokenizer
-from pipeline.train import PRETRAIN_DIR, fit_and_evaluate
+from pipeline.train import fit_and_evaluate, pretrain_on_training_texts
 from tuning.search_space import sample
 
 OBJECTIVES = {"val_accuracy": "accuracy", "val_macro_f1": "macro_f1"}
@@ -71,11 +71,13 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         space: the search space (see `tuning.search_space`).
         data: the `Vocabularies` of the run.
         strategy: the distribution strategy trials train under.
+        tpu: the sweep's `--tpu` (None without), for the precision policy
+            a trial's pre-training sets (`pipeline.strategy.configure_runtime`).
     """
 
-    def __init__(self, config, space, data, strategy, **kwargs):
+    def __init__(self, config, space, data, strategy, tpu=None, **kwargs):
         super().__init__(**kwargs)
-        self.config, self.space, self.data, self.strategy = config, space, data, strategy
+        self.config, self.space, self.data, self.strategy, self.tpu = config, space, data, strategy, tpu
 
     def config_for(self, hp):
         """The trial's config, its model sized to its vocabulary."""
@@ -102,9 +104,8 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         save_vocabulary(trial_dir, tokenizer, names)
         if config.train.pretrain_epochs:
             # As pipeline.train does, with the trial's own shapes and vocabulary.
-            pretrain_dir = os.path.join(trial_dir, PRETRAIN_DIR)
-            pretrain(override(config, {"train": {"epochs": config.train.pretrain_epochs}}), pretrain_dir,
-                     self.data.paths[0], vocabulary_from=trial_dir, strategy=self.strategy)
+            pretrain_dir = pretrain_on_training_texts(config, trial_dir, self.data.paths[0], trial_dir, self.tpu,
+                                                      self.strategy)
             initialize_from(model, pretrain_dir, config.model, tokenizer.vocabulary)
         report = fit_and_evaluate(model, config, self.strategy, train, evaluation, names,
                                   trial_dir, epochs=epochs)

@@ -42,7 +42,7 @@ def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", m
     config, names, tokenizer, train, evaluation = prepare_run(config, data_dir, train_paths, eval_paths)
     space = narrow(SEARCH_SPACE, space_overrides or {})
     data = Vocabularies(config, max_length, (train_paths, eval_paths), names, tokenizer, train, evaluation)
-    hypermodel = ClassifierHyperModel(config, space, data, strategy)
+    hypermodel = ClassifierHyperModel(config, space, data, strategy, tpu)
     tuner = SweepTuner(
         oracle=make_oracle(tuner_kind, objective, max_trials, config.train.seed, config.train.epochs),
         hypermodel=hypermodel, directory=directory, project_name=PROJECT, overwrite=False,
