@@ -76,12 +76,8 @@ def masked_lm_input(texts, tokenizer, config):
     return count / (time.perf_counter() - start)
 
 
-def training(split, config, model_dir, steps=30, warmup_steps=5, texts=None, tokenizer=None):
-    """Steady-state examples/s of the classifier, or with `texts` of masked-LM pre-training."""
-    if texts is None:
-        model, dataset = build_model(config.model), train_dataset(split, config.train.batch_size, seed=0)
-    else:
-        model, dataset = build_pretraining_model(config.model), masked_lm_batches(texts, tokenizer, config)
+def training(model, dataset, config, model_dir, steps=30, warmup_steps=5):
+    """Steady-state examples/s of `model` trained on `dataset`."""
     strategy = tf.distribute.get_strategy()
     trainer = Trainer(model, build_optimizer(config.train, 1000), strategy, config.train, model_dir)
     iterator = iter(dataset.repeat())
@@ -107,11 +103,12 @@ def main():
         split, csv_rate = cold_input(csv_path, config, tokenizer, names)
         _, record_rate = cold_input(record_path, config, tokenizer, names)
         warm_rate = warm_input(split, config)
-        train_rate = training(split, config, directory)
-        texts = [text for text, _ in generate(args.examples, seed=0)]
+        train_rate = training(build_model(config.model), train_dataset(split, config.train.batch_size, seed=0),
+                              config, directory)
+        texts = [text for text, _ in generate(args.examples, seed=0)]  # the corpus's
         masked_rate = masked_lm_input(texts, tokenizer, config)
-        masked_train_rate = training(None, config, os.path.join(directory, "pretrain"), texts=texts,
-                                     tokenizer=tokenizer)
+        masked_train_rate = training(build_pretraining_model(config.model), masked_lm_batches(texts, tokenizer, config),
+                                     config, os.path.join(directory, "pretrain"))
     results = {"examples": args.examples, "max_length": config.model.max_length,
                "batch_size": config.train.batch_size, "cold_csv_examples_per_s": csv_rate,
                "cold_tfrecord_examples_per_s": record_rate, "warm_examples_per_s": warm_rate,
