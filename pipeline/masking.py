@@ -10,13 +10,15 @@ TPUs, or fewer in length-bucketed batches (`mask_tokens`). Optionally,
 ALBERT's sentence-order task too (`swap_segments`).
 """
 
+import dataclasses
 import functools
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops import item_selector_ops
 
-from pipeline.dataset import per_pipeline, replica_batches, shuffled_steps
+from pipeline.config import PretrainConfig
+from pipeline.dataset import TOKENIZE_BATCH, per_pipeline, replica_batches, shuffled_steps
 from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, first_words, one_word
 
 
@@ -146,27 +148,51 @@ def _to_slots(values, slots):
     return tf.pad(dense, [[0, 0], [0, slots - tf.shape(dense)[1]]])
 
 
-def masked_lm_dataset(texts, tokenizer, global_batch_size, pretrain_config, seed, epoch=0,
-                      skip_batches=0, input_context=None, length_bucket=0):
-    """One epoch of masked batches from a list of texts, shuffled by `(seed, epoch)`.
+def word_ids_of(texts, tokenizer):
+    """`tokenizer.word_ids` of every text, `(texts, (words), (pieces))`:
+    tokenized once, in parallel batches, for all the epochs of a run."""
+    if not texts:
+        return tf.RaggedTensor.from_nested_row_lengths(
+            tf.zeros([0], tf.int64), [tf.zeros([0], tf.int64)] * 2)
+    batches = (
+        tf.data.Dataset.from_tensor_slices(texts)
+        .batch(TOKENIZE_BATCH)
+        .map(tokenizer.word_ids, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    )
+    return tf.concat(list(batches), axis=0)
 
-    Steps are made as `pipeline.dataset.train_dataset` makes them: with
-    `length_bucket`, the texts of a step have similar lengths and its
-    `token_ids` are cut to the longest (a dynamic length, which TPUs do not
-    allow); each step is masked whole, then split among this host's replicas.
+
+def masked_lm_dataset(word_ids, vocabulary_size, max_length, global_batch_size, pretrain_config, seed,
+                      epoch=0, skip_batches=0, input_context=None, length_bucket=0):
+    """One epoch of masked batches from `word_ids_of` texts, shuffled by `(seed, epoch)`.
+
+    Steps are made as `pipeline.dataset.train_dataset` makes them, of text
+    indices: with `length_bucket`, the texts of a step have similar lengths
+    and its `token_ids` are cut to the longest (a dynamic length, which TPUs
+    do not allow); each step is masked whole, then split among this host's
+    replicas.
     """
-    dataset = tf.data.Dataset.from_tensor_slices(texts)
+    count = int(word_ids.nrows())
+    dataset = tf.data.Dataset.range(count)
     batch_size, step_size, dataset = per_pipeline(dataset, global_batch_size, input_context)
-    sort_window = functools.partial(_sort_by_length, tokenizer=tokenizer) if length_bucket else None
-    dataset = shuffled_steps(dataset, len(texts), step_size, seed * 1000 + epoch, sort_window)
-    vocabulary_size = len(tokenizer.vocabulary)
-    # Tokenize and mask whole steps: the ops are vectorized. Sequential, so
-    # the random choices depend only on the seed and the step order.
-    dataset = dataset.skip(skip_batches).map(lambda texts: mask_tokens(
-        tokenizer.word_ids(texts), vocabulary_size, tokenizer.max_length, pretrain_config, length_bucket))
+    sort_window = None
+    if length_bucket:
+        lengths = word_ids.merge_dims(1, 2).row_lengths()
+        sort_window = lambda texts: tf.gather(texts, tf.argsort(tf.gather(lengths, texts), stable=True))  # noqa: E731
+    dataset = shuffled_steps(dataset, count, step_size, seed * 1000 + epoch, sort_window)
+    # Mask whole steps: the ops are vectorized. Sequential, so the random
+    # choices depend only on the seed and the step order.
+    mask = _traced_masking(vocabulary_size, max_length, dataclasses.astuple(pretrain_config), length_bucket)
+    dataset = dataset.skip(skip_batches).map(lambda texts: mask(tf.gather(word_ids, texts)))
     return replica_batches(dataset, batch_size, step_size)
 
 
-def _sort_by_length(texts, tokenizer):
-    lengths = tokenizer.word_ids(texts).merge_dims(1, 2).row_lengths()
-    return tf.gather(texts, tf.argsort(lengths, stable=True))
+@functools.lru_cache(maxsize=16)
+def _traced_masking(vocabulary_size, max_length, pretrain_settings, length_bucket):
+    """`mask_tokens` traced once per settings, not at every epoch's dataset
+    (about 0.4 s each). Each dataset still runs it on random kernels of its
+    own, so an epoch's draws do not depend on the epochs run before it."""
+    pretrain_config = PretrainConfig(*pretrain_settings)
+    return tf.function(
+        lambda word_ids: mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config, length_bucket),
+        autograph=False)

@@ -25,7 +25,7 @@ import tensorflow as tf
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
 from pipeline.dataset import learn_tokenizer, usable_length_bucket
-from pipeline.masking import masked_lm_dataset
+from pipeline.masking import masked_lm_dataset, word_ids_of
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
 from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
@@ -58,8 +58,9 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     with strategy.scope():
         model = build_pretraining_model(config.model, config.pretrain.sentence_order)
         trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir)
-    make_dataset = functools.partial(masked_lm_dataset, texts, tokenizer, config.train.batch_size,
-                                     config.pretrain, config.train.seed,
+    # Tokenized once; each epoch shuffles and masks anew.
+    make_dataset = functools.partial(masked_lm_dataset, word_ids_of(texts, tokenizer), len(tokenizer.vocabulary),
+                                     tokenizer.max_length, config.train.batch_size, config.pretrain, config.train.seed,
                                      length_bucket=usable_length_bucket(config, strategy))
     losses = trainer.fit(make_dataset, len(texts), config.train.epochs)
     report = evaluate_masked_lm(model, make_dataset(epoch=config.train.epochs))

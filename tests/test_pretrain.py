@@ -10,7 +10,7 @@ import tensorflow as tf
 from pipeline.config import Config, PretrainConfig, override
 from pipeline.demo_corpus import generate, write_demo_corpus
 from pipeline.dataset import distribute
-from pipeline.masking import mask_tokens, masked_lm_dataset, swap_segments
+from pipeline.masking import mask_tokens, masked_lm_dataset, swap_segments, word_ids_of
 from pipeline.model import build_model, build_pretraining_model
 from pipeline.model_dir import restore_variables
 from pipeline.pretrain import initialize_from, pretrain
@@ -86,8 +86,18 @@ def _steps_of(texts, **kwargs):
     show which texts a step holds; and each text's ids by its first word."""
     tokenizer = Tokenizer.learn(texts, kind="word", min_count=1, max_length=64)
     keep_tokens = PretrainConfig(max_predictions=8, mask_token_rate=0.0, random_token_rate=0.0)
-    dataset = masked_lm_dataset(texts, tokenizer, 32, keep_tokens, seed=7, **kwargs)
+    dataset = masked_lm_dataset(word_ids_of(texts, tokenizer), len(tokenizer.vocabulary), 64, 32, keep_tokens,
+                                seed=7, **kwargs)
     return dataset, {row[1]: (i, row) for i, row in enumerate(tokenizer(tf.constant(texts)).numpy().tolist())}
+
+
+def test_word_ids_are_computed_once_as_the_tokenizer_gives_them():
+    texts = [text for text, _ in generate(2500, seed=4)]  # three tokenizing batches
+    tokenizer = Tokenizer.learn(texts, kind="wordpiece", vocabulary_size=80, min_count=1, max_length=24)
+    cached = word_ids_of(texts, tokenizer)
+    assert cached.ragged_rank == 2 and cached.nrows() == 2500
+    assert cached.to_list() == tokenizer.word_ids(tf.constant(texts)).to_list()
+    assert word_ids_of([], tokenizer).nrows() == 0
 
 
 def _varied_texts(count=640):
