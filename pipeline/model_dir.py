@@ -27,8 +27,11 @@ CONFIG_FILE = "config.json"
 # Fields added after runs were saved without them, with the value those runs
 # had (not today's default): a saved config holds every field, so a missing
 # one means a run older than the field.
+# A function of the saved values gives a value that depended on other fields.
 FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-                        "train": {"length_bucket": 0, "pretrain_epochs": 0}}
+                        "train": {"length_bucket": 0, "pretrain_epochs": 0},
+                        # Masked-LM training used the classifier's rate.
+                        "pretrain": {"learning_rate": lambda saved: saved["train"]["learning_rate"]}}
 
 
 def load_config(model_dir):

@@ -14,6 +14,7 @@ starts a classifier from the pre-trained embeddings and encoder.
 """
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -55,9 +56,10 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     print(f"{len(texts)} documents, vocabulary of {len(tokenizer.vocabulary)}, "
           f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}")
     steps = len(texts) // config.train.batch_size * config.train.epochs
+    train_config = dataclasses.replace(config.train, learning_rate=config.pretrain.learning_rate)
     with strategy.scope():
         model = build_pretraining_model(config.model, config.pretrain.sentence_order)
-        trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir)
+        trainer = Trainer(model, build_optimizer(train_config, steps), strategy, train_config, model_dir)
     # Tokenized once; each epoch shuffles and masks anew.
     make_dataset = functools.partial(masked_lm_dataset, word_ids_of(texts, tokenizer), len(tokenizer.vocabulary),
                                      tokenizer.max_length, config.train.batch_size, config.pretrain, config.train.seed,
@@ -154,6 +156,8 @@ def main(argv=None):
     parser.add_argument("--text-column", help="column or field holding the text (default text)")
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--learning-rate", type=float,
+                        help=f"peak masked-LM learning rate, pretrain.learning_rate (default {Config().pretrain.learning_rate})")
     parser.add_argument("--max-length", type=int)
     parser.add_argument("--max-predictions", type=int, help="predicted positions per sequence (default 20)")
     parser.add_argument("--whole-word-masking", action="store_true", help="mask all pieces of a word together")
@@ -163,6 +167,7 @@ def main(argv=None):
     values = {"data": {}, "train": {}, "model": {}, "pretrain": {}}
     for flag, section, field in [("text_column", "data", "text_column"), ("epochs", "train", "epochs"),
                                  ("batch_size", "train", "batch_size"), ("max_length", "model", "max_length"),
+                                 ("learning_rate", "pretrain", "learning_rate"),
                                  ("max_predictions", "pretrain", "max_predictions")]:
         if getattr(args, flag) is not None:
             values[section][field] = getattr(args, flag)

@@ -213,12 +213,14 @@ def parse_args(argv=None):
         "epochs": ("train", "epochs", int), "batch-size": ("train", "batch_size", int),
         "learning-rate": ("train", "learning_rate", float), "seed": ("train", "seed", int),
         "pretrain-epochs": ("train", "pretrain_epochs", int),
+        "pretrain-learning-rate": ("pretrain", "learning_rate", float),
         "steps-per-execution": ("train", "steps_per_execution", int),
         "checkpoint-every": ("train", "checkpoint_every", int),
         "precision": ("train", "precision", str),
     }
     notes = {"tokenizer": "wordpiece or word; ", "max-length": "0 derives it from the training data; ",
              "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
+             "pretrain-learning-rate": "their peak learning rate; ",
              "precision": "auto, float32 or mixed_bfloat16; "}
     for flag, (section, field, kind) in flags.items():
         default = getattr(getattr(Config(), section), field)

@@ -23,7 +23,7 @@ TINY = {
               "num_heads": 2, "intermediate_size": 64, "dropout_rate": 0.0},
     "data": {"tokenizer": "word", "min_count": 1},
     "train": {"batch_size": 32, "epochs": 3, "learning_rate": 3e-3, "checkpoint_every": 50, "pretrain_epochs": 0},
-    "pretrain": {"max_predictions": 5},
+    "pretrain": {"max_predictions": 5, "learning_rate": 3e-3},
 }
 
 
@@ -33,7 +33,8 @@ def pretrained(tmp_path_factory):
     texts = directory / "docs.txt"
     texts.write_text("\n".join(text for text, _ in generate(1600, seed=5)) + "\n", encoding="utf-8")
     # Masked-LM learns slowly: a higher rate and five epochs (~250 steps) for a clear signal.
-    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 5, "learning_rate": 1e-2}})
+    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 5},
+                               "pretrain": {**TINY["pretrain"], "learning_rate": 1e-2}})
     report = pretrain(config, str(directory / "run"), str(texts))
     return str(directory / "run"), report
 
@@ -251,8 +252,8 @@ def test_sentence_order_prediction_learns_and_the_classifier_starts_from_it(tmp_
     words = [f"w{i}" for i in range(40)]
     docs = ["alpha " + " ".join(rng.choices(words, k=rng.randint(4, 12))) + " omega" for _ in range(1600)]
     (tmp_path / "docs.txt").write_text("\n".join(docs) + "\n", encoding="utf-8")
-    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 5, "learning_rate": 1e-2},
-                               "pretrain": {**TINY["pretrain"], "sentence_order": True}})
+    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 5},
+                               "pretrain": {**TINY["pretrain"], "sentence_order": True, "learning_rate": 1e-2}})
     run = str(tmp_path / "run")
     report = pretrain(config, run, str(tmp_path / "docs.txt"))
     assert report["sentence_order_examples"] == 1600

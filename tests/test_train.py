@@ -260,9 +260,11 @@ def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, 
     model_dir = str(tmp_path / "old")
     # What runs from before these fields did.
     older = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-             "train": {"length_bucket": 0, "token_dropout": 0.0, "pretrain_epochs": 0}}
+             "train": {"length_bucket": 0, "token_dropout": 0.0, "pretrain_epochs": 0},
+             # Masked-LM training took the classifier's rate (TINY's, not the default).
+             "pretrain": {"learning_rate": TINY["train"]["learning_rate"]}}
     config = Config.from_dict({**TINY, "model": {**TINY["model"], **older["model"]},
-                               "train": {**TINY["train"], **older["train"]}})
+                               "train": {**TINY["train"], **older["train"]}, "pretrain": older["pretrain"]})
     train_and_evaluate(config, model_dir, *corpus, export=False)
     before = _probabilities(model_dir)
     path = os.path.join(model_dir, "config.json")

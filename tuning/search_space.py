@@ -32,6 +32,8 @@ SEARCH_SPACE = {
     "vocabulary_size": ("data", "vocabulary_size", {"values": [2000, 4000, 8000, 16000]}),
     "token_dropout": ("train", "token_dropout", {"values": [0.0, 0.1, 0.2]}),
     "learning_rate": ("train", "learning_rate", {"min": 1e-4, "max": 3e-3, "sampling": "log"}),
+    # The masked-LM rate of a trial's pre-training (none with train.pretrain_epochs 0).
+    "pretrain_learning_rate": ("pretrain", "learning_rate", {"min": 3e-4, "max": 3e-3, "sampling": "log"}),
     "warmup_fraction": ("train", "warmup_fraction", {"values": [0.0, 0.06, 0.1]}),
     "batch_size": ("train", "batch_size", {"values": [16, 32, 64]}),
 }
