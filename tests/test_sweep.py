@@ -35,7 +35,8 @@ BASE = {"model": {"max_length": 16}, "data": {"tokenizer": "word", "min_count": 
 SPACE = {"embedding_size": 16, "hidden_size": [32, 64], "num_heads": 2,
          "num_layers": {"min": 1, "max": 2, "step": 1}, "intermediate_multiple": 2,
          "dropout_rate": 0.0, "sharing": ["all", "none"], "pooling": ["flatten", "mean"],
-         "learning_rate": {"min": 1e-3, "max": 3e-3}, "warmup_fraction": 0.0, "batch_size": 32}
+         "learning_rate": {"min": 1e-3, "max": 3e-3}, "warmup_fraction": 0.0, "batch_size": 32,
+         "pretrain_learning_rate": 3e-3}
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +73,11 @@ def test_narrowing_the_space():
 
 def test_trials_pretrain_with_their_own_shapes_then_start_from_it(tmp_path, corpus):
     config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}})
-    space = {**SPACE, "num_layers": 1, "sharing": "all", "pooling": "mean", "learning_rate": 2e-3}
+    # Every other hyperparameter fixed: the two widths are the only two trials.
+    space = {**SPACE, "num_layers": 1, "sharing": "all", "pooling": "mean", "learning_rate": 2e-3,
+             "token_dropout": 0.0, "vocabulary_size": 4000}
     directory = str(tmp_path / "sweep")
-    rows = run_sweep(config, directory, *corpus, "random", max_trials=2, space_overrides=space)
+    rows = run_sweep(config, directory, *corpus, "random", max_trials=3, space_overrides=space)
     assert sorted(row["hidden_size"] for row in rows) == [32, 64]  # two shapes
     for row in rows:
         trial_dir = os.path.join(directory, "trials", f"trial_{row['trial']}")

@@ -82,7 +82,7 @@ def sample(hp, space, config=None):
         else:
             values[name] = hp.Float(name, spec["min"], spec["max"], step=spec.get("step"),
                                     sampling=spec.get("sampling", "linear"))
-    overrides = {"model": {}, "data": {}, "train": {}}
+    overrides = {"model": {}, "data": {}, "train": {}, "pretrain": {}}
     for name, value in values.items():
         section, field, _ = space[name]
         if name == "intermediate_multiple":
