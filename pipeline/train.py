@@ -220,7 +220,7 @@ def parse_args(argv=None):
     }
     notes = {"tokenizer": "wordpiece or word; ", "max-length": "0 derives it from the training data; ",
              "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
-             "pretrain-learning-rate": "their peak learning rate; ",
+             "pretrain-learning-rate": "masked-LM's peak learning rate; ",
              "precision": "auto, float32 or mixed_bfloat16; "}
     for flag, (section, field, kind) in flags.items():
         default = getattr(getattr(Config(), section), field)
