@@ -38,12 +38,17 @@ def tokenize(tokenizer, texts):
     """int32 ids `(len(texts), max_length)` of a list of strings."""
     if not texts:
         return np.zeros((0, tokenizer.max_length), "int32")
-    dataset = (
+    return np.concatenate(list(in_batches(texts, tokenizer.traced()).as_numpy_iterator()))
+
+
+def in_batches(texts, function):
+    """`function` (of a `[None]` string tensor) over a non-empty list of
+    strings, in parallel batches, in order."""
+    return (
         tf.data.Dataset.from_tensor_slices(texts)
         .batch(TOKENIZE_BATCH)  # batch first: the tokenizer ops are vectorized
-        .map(tokenizer.traced(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .map(function, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     )
-    return np.concatenate(list(dataset.as_numpy_iterator()))
 
 
 def read_split(paths, data_config):

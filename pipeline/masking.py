@@ -18,7 +18,7 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops import item_selector_ops
 
 from pipeline.config import PretrainConfig
-from pipeline.dataset import TOKENIZE_BATCH, per_pipeline, replica_batches, shuffled_steps
+from pipeline.dataset import in_batches, per_pipeline, replica_batches, shuffled_steps
 from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, first_words, one_word
 
 
@@ -154,12 +154,7 @@ def word_ids_of(texts, tokenizer):
     if not texts:
         return tf.RaggedTensor.from_nested_row_lengths(
             tf.zeros([0], tf.int64), [tf.zeros([0], tf.int64)] * 2)
-    batches = (
-        tf.data.Dataset.from_tensor_slices(texts)
-        .batch(TOKENIZE_BATCH)
-        .map(tokenizer.word_ids, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    )
-    return tf.concat(list(batches), axis=0)
+    return tf.concat(list(in_batches(texts, tokenizer.word_ids)), axis=0)
 
 
 def masked_lm_dataset(word_ids, vocabulary_size, max_length, global_batch_size, pretrain_config, seed,
@@ -175,11 +170,12 @@ def masked_lm_dataset(word_ids, vocabulary_size, max_length, global_batch_size, 
     count = int(word_ids.nrows())
     dataset = tf.data.Dataset.range(count)
     batch_size, step_size, dataset = per_pipeline(dataset, global_batch_size, input_context)
-    sort_window = None
-    if length_bucket:
-        lengths = word_ids.merge_dims(1, 2).row_lengths()
-        sort_window = lambda texts: tf.gather(texts, tf.argsort(tf.gather(lengths, texts), stable=True))  # noqa: E731
-    dataset = shuffled_steps(dataset, count, step_size, seed * 1000 + epoch, sort_window)
+    lengths = word_ids.merge_dims(1, 2).row_lengths()
+
+    def sort_window(texts):
+        return tf.gather(texts, tf.argsort(tf.gather(lengths, texts), stable=True))
+
+    dataset = shuffled_steps(dataset, count, step_size, seed * 1000 + epoch, sort_window if length_bucket else None)
     # Mask whole steps: the ops are vectorized. Sequential, so the random
     # choices depend only on the seed and the step order.
     mask = _traced_masking(vocabulary_size, max_length, dataclasses.astuple(pretrain_config), length_bucket)
