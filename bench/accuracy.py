@@ -18,7 +18,7 @@ epoch, as keras-hub is; with `--ensemble`, one such run per seed, scored
 as one exported ensemble); keras-hub's
 AlbertClassifier from scratch with the same dimensions and epochs (or
 `--keras-hub-epochs`, to give it the same time budget: this project's default
-run pre-trains first, and on the tweets 4 keras-hub epochs took its time),
+run pre-trains first, and on the tweets 6 keras-hub epochs took its time),
 trained on the whole training split (its last epoch is scored: it keeps no
 best one).
 
