@@ -59,7 +59,8 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     train_config = dataclasses.replace(config.train, learning_rate=config.pretrain.learning_rate)
     with strategy.scope():
         model = build_pretraining_model(config.model, config.pretrain.sentence_order)
-        trainer = Trainer(model, build_optimizer(train_config, steps), strategy, train_config, model_dir)
+        trainer = Trainer(model, build_optimizer(train_config, steps), strategy, train_config, model_dir,
+                          learning_rate_field="pretrain.learning_rate")
     # Tokenized once; each epoch shuffles and masks anew.
     make_dataset = functools.partial(masked_lm_dataset, word_ids_of(texts, tokenizer), len(tokenizer.vocabulary),
                                      tokenizer.max_length, config.train.batch_size, config.pretrain, config.train.seed,

@@ -73,11 +73,15 @@ class Trainer:
     Resumes from the checkpoints in `model_dir`; writes checkpoints, the best
     weights and TensorBoard logs to `output_dir` (`model_dir` except on the
     non-chief workers of a cluster; see `pipeline.strategy.output_dir`).
+    `learning_rate_field` names the config field `train_config`'s learning
+    rate came from, for the message of a loss that stops being finite.
     """
 
-    def __init__(self, model, optimizer, strategy, train_config, model_dir):
+    def __init__(self, model, optimizer, strategy, train_config, model_dir,
+                 learning_rate_field="train.learning_rate"):
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
         self.config = train_config
+        self.learning_rate_field = learning_rate_field
         self.model_dir = model_dir
         self.output_dir = output_dir(model_dir, strategy)
         self.loss = keras.metrics.Mean(name="loss")
@@ -218,5 +222,5 @@ class Trainer:
             kept = self.manager.latest_checkpoint or "none was saved yet"
             raise TrainingError(
                 f"training loss became {loss} by step {step}; stopped without saving. "
-                f"The last good checkpoint is kept: {kept}. Lower the learning rate "
-                f"(now {self.config.learning_rate}) or the gradient clip norm.")
+                f"The last good checkpoint is kept: {kept}. Lower {self.learning_rate_field} "
+                f"(now {self.config.learning_rate}) or train.clip_norm (now {self.config.clip_norm}).")

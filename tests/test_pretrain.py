@@ -16,7 +16,7 @@ from pipeline.model_dir import restore_variables
 from pipeline.pretrain import initialize_from, pretrain
 from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
 from pipeline.train import train_and_evaluate
-from pipeline.trainer import CHECKPOINT_DIR
+from pipeline.trainer import CHECKPOINT_DIR, TrainingError
 
 TINY = {
     "model": {"max_length": 24, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
@@ -181,6 +181,18 @@ def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
                                 init_from=run)
     assert report["examples"] == 64
     assert Tokenizer.load(str(tmp_path / "classifier")).vocabulary == Tokenizer.load(run).vocabulary
+
+
+def test_a_diverging_masked_lm_names_its_own_learning_rate(tmp_path):
+    # Masked-LM trains at pretrain.learning_rate, not train's: the message must
+    # send the user to the field that set the rate that diverged.
+    texts = tmp_path / "docs.txt"
+    texts.write_text("\n".join(text for text, _ in generate(400, seed=5)) + "\n", encoding="utf-8")
+    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 2, "clip_norm": 1e30},
+                               "pretrain": {**TINY["pretrain"], "learning_rate": 1e20}})
+    with pytest.raises(TrainingError, match=r"loss became nan .* Lower pretrain\.learning_rate \(now 1e\+20\) "
+                                            r"or train\.clip_norm \(now 1e\+30\)"):
+        pretrain(config, str(tmp_path / "run"), str(texts))
 
 
 def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
