@@ -154,9 +154,9 @@ class TrainConfig:
     # about 2x the time (262-273 s against 126-143 s on 2 cores); 6 raised
     # validation accuracy in all three seeds (0.7733 / 0.7678 / 0.7733
     # against 0.7678 / 0.7606 / 0.7665) and test accuracy by +0.59 / +0.26 /
-    # -0.29 (0.7786 / 0.7708 / 0.7682), in 387-397 s, with masked-token
-    # accuracy 0.33 against 0.28; 10 (seed 42) 0.7743 and 0.7795 in 543 s.
-    # See bench/README.md. With masked-LM at the classifier's 5e-4, 5 epochs
+    # -0.29 (0.7786 / 0.7708 / 0.7682; TF-IDF's 0.7745) in 383-392 s, with
+    # masked-token accuracy 0.33 against 0.28; 10 (seed 42) 0.7743 and
+    # 0.7795 in 543 s. See bench/README.md. With masked-LM at the classifier's 5e-4, 5 epochs
     # were no better than 3, and 1 gained nothing over none.
     pretrain_epochs: int = 6
     # Training steps run per host round trip (TPUs want 50-1000).
