@@ -4,8 +4,8 @@
 
 With no --train, it trains on the embedded demo corpus. Killed and started
 again with the same command, it resumes from its last checkpoint. It first
-pre-trains on the training texts for --pretrain-epochs (3 by default;
-masked-LM, as pipeline.pretrain does, in DIR/pretrain) and starts from that;
+pre-trains on the training texts for --pretrain-epochs masked-LM epochs (as
+pipeline.pretrain does, in DIR/pretrain) and starts from that;
 --pretrain-epochs 0 trains from scratch.
 """
 
