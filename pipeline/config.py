@@ -157,8 +157,9 @@ class TrainConfig:
     # -0.29 (0.7786 / 0.7708 / 0.7682; TF-IDF's 0.7745) in 383-392 s, with
     # masked-token accuracy 0.33 against 0.28. 10 did not raise validation
     # again (0.7743 / 0.7688 / 0.7691) at 40% more time; on the test split
-    # it scored 0.7795 / 0.7716 / 0.7758. See bench/README.md. With masked-LM at the classifier's 5e-4, 5 epochs
-    # were no better than 3, and 1 gained nothing over none.
+    # it scored 0.7795 / 0.7716 / 0.7758. See bench/README.md. With
+    # masked-LM at the classifier's 5e-4, 5 epochs were no better than 3,
+    # and 1 gained nothing over none.
     pretrain_epochs: int = 6
     # Training steps run per host round trip (TPUs want 50-1000).
     steps_per_execution: int = 1

@@ -170,12 +170,14 @@ def masked_lm_dataset(word_ids, vocabulary_size, max_length, global_batch_size, 
     count = int(word_ids.nrows())
     dataset = tf.data.Dataset.range(count)
     batch_size, step_size, dataset = per_pipeline(dataset, global_batch_size, input_context)
-    lengths = word_ids.merge_dims(1, 2).row_lengths()
+    sort_window = None
+    if length_bucket:  # lengths only where steps are cut to them
+        lengths = word_ids.merge_dims(1, 2).row_lengths()
 
-    def sort_window(texts):
-        return tf.gather(texts, tf.argsort(tf.gather(lengths, texts), stable=True))
+        def sort_window(texts):
+            return tf.gather(texts, tf.argsort(tf.gather(lengths, texts), stable=True))
 
-    dataset = shuffled_steps(dataset, count, step_size, seed * 1000 + epoch, sort_window if length_bucket else None)
+    dataset = shuffled_steps(dataset, count, step_size, seed * 1000 + epoch, sort_window)
     # Mask whole steps: the ops are vectorized. Sequential, so the random
     # choices depend only on the seed and the step order.
     mask = _traced_masking(vocabulary_size, max_length, dataclasses.astuple(pretrain_config), length_bucket)
