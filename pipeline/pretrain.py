@@ -155,7 +155,9 @@ def main(argv=None):
     parser.add_argument("--config", help="JSON file overriding config fields (see pipeline/config.py)")
     parser.add_argument("--tpu", nargs="?", const="local", help="pre-train on a TPU, as pipeline.train")
     parser.add_argument("--text-column", help="column or field holding the text (default text)")
-    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--epochs", type=int,
+                        help=f"masked-LM epochs, train.epochs (default {Config().train.epochs}; pipeline.train's own "
+                             f"pre-training runs train.pretrain_epochs, {Config().train.pretrain_epochs})")
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--learning-rate", type=float,
                         help=f"peak masked-LM learning rate, pretrain.learning_rate (default {Config().pretrain.learning_rate})")
