@@ -5,8 +5,8 @@
 Reads plain text (one document per line) or the text column of CSV, TSV,
 JSONL or TFRecord files (labels ignored), builds the vocabulary exactly as
 `pipeline.train` does (or takes another run's), and trains the encoder to
-predict masked tokens, with the same strategies, host loops, checkpoints and
-resume as training. Then
+predict masked tokens for `train.pretrain_epochs` (or `--epochs`), with the
+same strategies, host loops, checkpoints and resume as training. Then
 
     python -m pipeline.train --init-from DIR --train ... --eval ...
 
@@ -133,6 +133,19 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
         model.get_layer(name).set_weights(pretrained_model.get_layer(name).get_weights())
 
 
+def with_pretrain_epochs(config, epochs=None):
+    """`config` with `train.epochs` set to the masked-LM epochs: `epochs`, else
+    `train.pretrain_epochs`, so that `pipeline.pretrain` pre-trains as long as
+    `pipeline.train`'s own pre-training does with the same config."""
+    if epochs is None:
+        epochs = config.train.pretrain_epochs
+        if epochs == 0:
+            raise ValueError("train.pretrain_epochs is 0 (no pre-training) in this config: give --epochs")
+    if epochs < 1:
+        raise ValueError(f"masked-LM epochs must be 1 or more, got {epochs}")
+    return override(config, {"train": {"epochs": epochs}})
+
+
 def _vocabulary(model_dir, output, vocabulary_from, texts, config):
     for directory in (model_dir, vocabulary_from):  # a resumed run keeps its own
         if directory and os.path.exists(os.path.join(directory, VOCABULARY_FILE)):
@@ -156,8 +169,8 @@ def main(argv=None):
     parser.add_argument("--tpu", nargs="?", const="local", help="pre-train on a TPU, as pipeline.train")
     parser.add_argument("--text-column", help="column or field holding the text (default text)")
     parser.add_argument("--epochs", type=int,
-                        help=f"masked-LM epochs, train.epochs (default {Config().train.epochs}; pipeline.train's own "
-                             f"pre-training runs train.pretrain_epochs, {Config().train.pretrain_epochs})")
+                        help=f"masked-LM epochs (default train.pretrain_epochs, {Config().train.pretrain_epochs}, "
+                             "as pipeline.train's own pre-training)")
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--learning-rate", type=float,
                         help=f"peak masked-LM learning rate, pretrain.learning_rate (default {Config().pretrain.learning_rate})")
@@ -168,7 +181,7 @@ def main(argv=None):
                         help="also predict whether a document's two halves were swapped (ALBERT's SOP)")
     args = parser.parse_args(argv)
     values = {"data": {}, "train": {}, "model": {}, "pretrain": {}}
-    for flag, section, field in [("text_column", "data", "text_column"), ("epochs", "train", "epochs"),
+    for flag, section, field in [("text_column", "data", "text_column"),
                                  ("batch_size", "train", "batch_size"), ("max_length", "model", "max_length"),
                                  ("learning_rate", "pretrain", "learning_rate"),
                                  ("max_predictions", "pretrain", "max_predictions")]:
@@ -179,7 +192,7 @@ def main(argv=None):
             values["pretrain"][flag] = True
     try:
         config = override(Config.load(args.config) if args.config else Config(), values, "command line")
-        pretrain(config, args.model_dir, args.text, args.vocabulary_from, args.tpu)
+        pretrain(with_pretrain_epochs(config, args.epochs), args.model_dir, args.text, args.vocabulary_from, args.tpu)
     except (DataError, TPUUnavailableError, TrainingError, ValueError) as error:
         sys.exit(f"error: {error}")
 

@@ -27,7 +27,7 @@ from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.labels import load_label_names
 from pipeline.metrics import classification_report, format_report
 from pipeline.model import build_model
-from pipeline.pretrain import initialize_from, pretrain
+from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
 from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
@@ -103,8 +103,8 @@ def pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, 
     Sweep trials call it too. `tpu` as `configure_runtime` takes it: the
     pre-training sets the precision policy again, `auto` by the device."""
     directory = os.path.join(model_dir, PRETRAIN_DIR)
-    pretrain(override(config, {"train": {"epochs": config.train.pretrain_epochs}}), directory, train_paths,
-             vocabulary_from=vocabulary_from, tpu=tpu, strategy=strategy)
+    pretrain(with_pretrain_epochs(config), directory, train_paths, vocabulary_from=vocabulary_from, tpu=tpu,
+             strategy=strategy)
     return directory
 
 

@@ -14,6 +14,7 @@ from pipeline.masking import mask_tokens, masked_lm_dataset, swap_segments, word
 from pipeline.model import build_model, build_pretraining_model
 from pipeline.model_dir import restore_variables
 from pipeline.pretrain import initialize_from, pretrain
+from pipeline.pretrain import main as pretrain_main
 from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
 from pipeline.train import train_and_evaluate
 from pipeline.trainer import CHECKPOINT_DIR, TrainingError
@@ -202,8 +203,12 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     with open(tmp_path / "one" / "pretrain" / "pretrain_metrics.json") as f:
         assert len(json.load(f)["loss_by_epoch"]) == 2
     assert Tokenizer.load(str(tmp_path / "one")).vocabulary == Tokenizer.load(str(tmp_path / "one" / "pretrain")).vocabulary
-    # The same run as the two commands, to the last digit.
-    pretrain(override(config, {"train": {"epochs": 2}}), str(tmp_path / "pre"), corpus[0])
+    # The same run as the two commands, to the last digit: with the same
+    # config, `pipeline.pretrain` pre-trains for train.pretrain_epochs too.
+    config.save(str(tmp_path / "config.json"))
+    pretrain_main(["--text", corpus[0], "--model-dir", str(tmp_path / "pre"), "--config", str(tmp_path / "config.json")])
+    with open(tmp_path / "pre" / "pretrain_metrics.json") as f:
+        assert len(json.load(f)["loss_by_epoch"]) == 2
     two = train_and_evaluate(override(config, {"train": {"pretrain_epochs": 0}}), str(tmp_path / "two"), *corpus,
                              export=False, init_from=str(tmp_path / "pre"))
     assert one["train_loss_by_epoch"] == two["train_loss_by_epoch"]
@@ -213,6 +218,12 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     assert again["confusion_matrix"] == one["confusion_matrix"]
     with pytest.raises(ValueError, match="train.pretrain_epochs is 2: add --pretrain-epochs 0"):
         train_and_evaluate(config, str(tmp_path / "three"), *corpus, init_from=str(tmp_path / "pre"))
+    # A config without pre-training gives pipeline.pretrain no length: it asks for one.
+    override(config, {"train": {"pretrain_epochs": 0}}).save(str(tmp_path / "scratch.json"))
+    with pytest.raises(SystemExit, match=r"error: train.pretrain_epochs is 0 .* give --epochs"):
+        pretrain_main(["--text", corpus[0], "--model-dir", str(tmp_path / "four"),
+                       "--config", str(tmp_path / "scratch.json")])
+    assert not os.path.exists(tmp_path / "four")  # refused before any work
     # An ensemble member's --vocabulary-from is the pre-training's vocabulary too.
     texts = [text for text, _ in generate(200, seed=9)]
     other = Tokenizer.learn(texts, kind="word", vocabulary_size=40, min_count=1, max_length=24)
