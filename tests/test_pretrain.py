@@ -10,6 +10,7 @@ import tensorflow as tf
 from pipeline.config import Config, PretrainConfig, override
 from pipeline.demo_corpus import generate, write_demo_corpus
 from pipeline.dataset import distribute
+from pipeline.export import main as export_main
 from pipeline.masking import mask_tokens, masked_lm_dataset, swap_segments, word_ids_of
 from pipeline.model import build_model, build_pretraining_model
 from pipeline.model_dir import restore_variables
@@ -218,6 +219,14 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     assert again["confusion_matrix"] == one["confusion_matrix"]
     with pytest.raises(ValueError, match="train.pretrain_epochs is 2: add --pretrain-epochs 0"):
         train_and_evaluate(config, str(tmp_path / "three"), *corpus, init_from=str(tmp_path / "pre"))
+    # More members start from the run's own pre-training (other seeds) and
+    # export with it as one ensemble: they share its vocabulary.
+    member = str(tmp_path / "seed2")
+    other = train_and_evaluate(override(config, {"train": {"pretrain_epochs": 0, "seed": 2}}), member, *corpus,
+                               export=False, init_from=str(tmp_path / "one" / "pretrain"))
+    assert other["train_loss_by_epoch"] != one["train_loss_by_epoch"]
+    export_main(["--model-dir", str(tmp_path / "one"), member, "--export-dir", str(tmp_path / "ensemble")])
+    assert os.path.exists(tmp_path / "ensemble" / "1" / "saved_model.pb")
     # A config without pre-training gives pipeline.pretrain no length: it asks for one.
     override(config, {"train": {"pretrain_epochs": 0}}).save(str(tmp_path / "scratch.json"))
     with pytest.raises(SystemExit, match=r"error: train.pretrain_epochs is 0 .* give --epochs"):
