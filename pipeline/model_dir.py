@@ -9,7 +9,9 @@
                                  without train.keep_best_epoch)
     MODEL_DIR/logs/              TensorBoard
     MODEL_DIR/metrics.json       final evaluation
-    MODEL_DIR/export/<version>/  serving SavedModel
+    MODEL_DIR/export/<version>/  serving SavedModel (with train.members, their ensemble)
+    MODEL_DIR/pretrain/          the run's masked-LM pre-training (train.pretrain_epochs)
+    MODEL_DIR/members/<n>/       members 2..N of train.members, each a run of this layout
     MODEL_DIR/workers/<task>/    the other workers' files during a multi-worker run
 """
 
@@ -29,7 +31,7 @@ CONFIG_FILE = "config.json"
 # one means a run older than the field.
 # A function of the saved values gives a value that depended on other fields.
 FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-                        "train": {"length_bucket": 0, "pretrain_epochs": 0},
+                        "train": {"length_bucket": 0, "pretrain_epochs": 0, "members": 1},
                         # Masked-LM training used the classifier's rate.
                         "pretrain": {"learning_rate": lambda saved: saved["train"]["learning_rate"]}}
 

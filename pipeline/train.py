@@ -31,10 +31,11 @@ from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
 from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
-from pipeline.trainer import BEST_WEIGHTS, Trainer, TrainingError, build_optimizer
+from pipeline.trainer import BEST_WEIGHTS, Predictor, Trainer, TrainingError, build_optimizer
 
 METRICS_FILE = "metrics.json"
 PRETRAIN_DIR = "pretrain"  # a run's own pre-training, with train.pretrain_epochs
+MEMBERS_DIR = "members"  # members 2..N of train.members
 
 
 def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu=None,
@@ -60,6 +61,7 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     if config.train.pretrain_epochs:
         init_from = pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, tpu, strategy)
     precision = configure_runtime(config, tpu)  # after pre-training: the same seeds as with --init-from
+    members_config = config
     config, names, tokenizer, train, evaluation = prepare_run(
         config, model_dir, train_paths, eval_paths, vocabulary_from=init_from or vocabulary_from,
         strategy=strategy)
@@ -73,17 +75,64 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
         if init_from:  # a resumed run's checkpoint then overrides these
             initialize_from(model, init_from, config.model, tokenizer.vocabulary)
     report = fit_and_evaluate(model, config, strategy, train, evaluation, names, model_dir)
+    models = [model]
+    if config.train.members > 1:
+        models, report = train_members(members_config, model, report, model_dir, train_paths, eval_paths, tpu,
+                                       strategy, init_from, evaluation, names)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     with open(os.path.join(output, METRICS_FILE), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, ensure_ascii=False)
     print(format_report(report))
     _print_skipped(report["skipped_rows"])
     if export:
-        path = export_saved_model(model, tokenizer, names, os.path.join(output, EXPORT_DIR))
+        path = export_saved_model(models, tokenizer, names, os.path.join(output, EXPORT_DIR))
         if output == model_dir:  # not a worker folder, removed at the end
             print("Exported", path)
     finish_run(model_dir, strategy)
     return report
+
+
+def train_members(config, model, report, model_dir, train_paths, eval_paths, tpu, strategy, init_from,
+                  evaluation, names):
+    """Members 2..N of `train.members`, after the run's own classifier (`model`, `report`).
+
+    Each is `train_and_evaluate` in `model_dir/members/<n>` with seed
+    `train.seed + n - 1`, started from the run's pre-training (`init_from`),
+    or without one on the run's vocabulary: the two commands of the README's
+    recipe, to the digit; a resumed run resumes each or finds it done.
+    Returns the models and the report of their ensemble (the mean of their
+    probabilities) on `evaluation`, with each member's scores under
+    `members`.
+    """
+    models, scores = [model], [_member_scores(model_dir, config.train.seed, report)]
+    for member in range(2, config.train.members + 1):
+        directory = os.path.join(model_dir, MEMBERS_DIR, str(member))
+        seed = config.train.seed + member - 1
+        print(f"Member {member} of {config.train.members} (seed {seed}) in {directory}")
+        member_config = override(config, {"train": {"seed": seed, "members": 1, "pretrain_epochs": 0}})
+        member_report = train_and_evaluate(member_config, directory, train_paths, eval_paths, tpu, strategy,
+                                           export=False, init_from=init_from,
+                                           vocabulary_from=None if init_from else model_dir)
+        scores.append(_member_scores(directory, seed, member_report))
+        with strategy.scope():
+            models.append(build_model(run_dir.load_config(directory).model))
+        models[-1].load_weights(os.path.join(directory, BEST_WEIGHTS))
+    predictions = [Predictor(member, strategy, config.train.batch_size)(evaluation) for member in models]
+    labels = predictions[0][1]
+    if any(not np.array_equal(other, labels) for _, other in predictions):
+        raise RuntimeError("the members' evaluation batches came in different orders")  # never expected
+    probabilities = np.mean([member_probabilities for member_probabilities, _ in predictions], axis=0)
+    ensemble = classification_report(labels, np.argmax(probabilities, axis=-1), names)
+    ensemble.update(skipped_rows=report["skipped_rows"], train_loss_by_epoch=report["train_loss_by_epoch"],
+                    members=scores)
+    print("\n".join(f"member {index} (seed {score['seed']}): accuracy {score['accuracy']:.4f}, "
+                    f"macro-F1 {score['macro_f1']:.4f}" for index, score in enumerate(scores, 1)))
+    print(f"The ensemble of {len(models)} members:")
+    return models, ensemble
+
+
+def _member_scores(directory, seed, report):
+    return {"model_dir": directory, "seed": seed, "accuracy": report["accuracy"], "macro_f1": report["macro_f1"]}
 
 
 def data_paths(train_paths, eval_paths, directory):
@@ -213,6 +262,7 @@ def parse_args(argv=None):
         "epochs": ("train", "epochs", int), "batch-size": ("train", "batch_size", int),
         "learning-rate": ("train", "learning_rate", float), "seed": ("train", "seed", int),
         "pretrain-epochs": ("train", "pretrain_epochs", int),
+        "members": ("train", "members", int),
         "pretrain-learning-rate": ("pretrain", "learning_rate", float),
         "steps-per-execution": ("train", "steps_per_execution", int),
         "checkpoint-every": ("train", "checkpoint_every", int),
@@ -220,6 +270,7 @@ def parse_args(argv=None):
     }
     notes = {"tokenizer": "wordpiece or word; ", "max-length": "0 derives it from the training data; ",
              "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
+             "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
              "pretrain-learning-rate": "masked-LM's peak learning rate; ",
              "precision": "auto, float32 or mixed_bfloat16; "}
     for flag, (section, field, kind) in flags.items():

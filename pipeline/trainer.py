@@ -67,6 +67,39 @@ def _per_example_loss(labels, probabilities, weights=None):
     return tf.reduce_sum(loss * weights, axis=-1) / tf.maximum(tf.reduce_sum(weights, axis=-1), 1.0)
 
 
+class Predictor:
+    """The probabilities of a model (built in `strategy.scope()`) on a split.
+
+    Called with a split, returns `(probabilities, labels)` of every example,
+    each once. Every host of a multi-host run scores its own shard; the
+    results are gathered from all replicas of all hosts, so each host returns
+    all of them (in replica order, with their labels: the same order for
+    every model under the same strategy and batch size).
+    """
+
+    def __init__(self, model, strategy, batch_size):
+        self.model, self.strategy, self.batch_size = model, strategy, batch_size
+
+    @tf.function
+    def _predict_step(self, ids, labels, weights):
+        probabilities = self.strategy.run(lambda x: self.model(x, training=False), args=(ids,))
+        outputs = (probabilities, labels, weights)
+        if len(self.strategy.experimental_local_results(ids)) < self.strategy.num_replicas_in_sync:
+            # Other hosts hold replicas too: gather every replica's rows.
+            return tuple(self.strategy.gather(value, axis=0) for value in outputs)
+        return outputs
+
+    def __call__(self, split):
+        dataset = distribute(self.strategy, eval_dataset, split, self.batch_size)
+        local = self.strategy.experimental_local_results
+        probabilities, labels, weights = [], [], []
+        for batch in dataset:
+            for values, output in zip((probabilities, labels, weights), self._predict_step(*batch)):
+                values.extend(value.numpy() for value in local(output))
+        real = np.concatenate(weights) > 0  # padding rows have weight 0
+        return np.concatenate(probabilities)[real], np.concatenate(labels)[real]
+
+
 class Trainer:
     """Trains a `build_model` classifier under a strategy; create it in `strategy.scope()`.
 
@@ -86,6 +119,7 @@ class Trainer:
         self.output_dir = output_dir(model_dir, strategy)
         self.loss = keras.metrics.Mean(name="loss")
         self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+        self.predictor = Predictor(model, strategy, train_config.batch_size)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.best_score = tf.Variable(-math.inf, dtype=tf.float64, trainable=False, name="best_score")
         self.optimizer.build(model.trainable_variables)  # so a restore fills its slots
@@ -139,30 +173,9 @@ class Trainer:
         self.loss.update_state(per_example)
         self.accuracy.update_state(labels, probabilities, sample_weight=weights)
 
-    @tf.function
-    def _predict_step(self, ids, labels, weights):
-        probabilities = self.strategy.run(lambda x: self.model(x, training=False), args=(ids,))
-        outputs = (probabilities, labels, weights)
-        if len(self.strategy.experimental_local_results(ids)) < self.strategy.num_replicas_in_sync:
-            # Other hosts hold replicas too: gather every replica's rows.
-            return tuple(self.strategy.gather(value, axis=0) for value in outputs)
-        return outputs
-
     def predict(self, split):
-        """`(probabilities, labels)` of every example of `split`, each once.
-
-        Every host of a multi-host run scores its own shard; the results are
-        gathered from all replicas of all hosts, so each host returns all of
-        them (in replica order, with their labels).
-        """
-        dataset = distribute(self.strategy, eval_dataset, split, self.config.batch_size)
-        local = self.strategy.experimental_local_results
-        probabilities, labels, weights = [], [], []
-        for batch in dataset:
-            for values, output in zip((probabilities, labels, weights), self._predict_step(*batch)):
-                values.extend(value.numpy() for value in local(output))
-        real = np.concatenate(weights) > 0  # padding rows have weight 0
-        return np.concatenate(probabilities)[real], np.concatenate(labels)[real]
+        """`(probabilities, labels)` of every example of `split`; see `Predictor`."""
+        return self.predictor(split)
 
     def fit(self, make_dataset, num_examples, epochs, on_epoch_end=None):
         """Trains to `epochs` from wherever the last checkpoint left off.

@@ -244,6 +244,46 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
         assert Tokenizer.load(str(tmp_path / run)).vocabulary == other.vocabulary
 
 
+def test_members_fine_tune_from_the_one_pretraining_and_export_their_ensemble(tmp_path):
+    import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
+
+    from pipeline.export import latest_export
+    from pipeline.model_dir import restore_model
+    from pipeline.readers import read_examples
+
+    corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
+    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "pretrain_epochs": 1, "members": 2}})
+    run = str(tmp_path / "run")
+    report = train_and_evaluate(config, run, *corpus)
+    seed = config.train.seed
+    member = os.path.join(run, "members", "2")
+    assert [(m["model_dir"], m["seed"]) for m in report["members"]] == [(run, seed), (member, seed + 1)]
+    assert not os.path.exists(os.path.join(member, "pretrain"))  # one pre-training for all
+    # Member 2 is the README's recipe (--init-from the run's pre-training, the next seed), to the digit.
+    recipe = train_and_evaluate(override(config, {"train": {"members": 1, "pretrain_epochs": 0, "seed": seed + 1}}),
+                                str(tmp_path / "recipe"), *corpus, export=False,
+                                init_from=os.path.join(run, "pretrain"))
+    with open(os.path.join(member, "metrics.json")) as f:
+        member_report = json.load(f)
+    assert member_report["confusion_matrix"] == recipe["confusion_matrix"]
+    assert member_report["train_loss_by_epoch"] == {str(k): v for k, v in recipe["train_loss_by_epoch"].items()}
+    assert report["members"][1]["accuracy"] == recipe["accuracy"]
+    # The export serves the mean of the two members, and the report scores just that.
+    examples = read_examples(corpus[1])
+    served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
+        text=tf.constant(examples.texts))
+    members = [restore_model(directory) for directory in (run, member)]
+    ids = members[0][1](tf.constant(examples.texts))
+    each = [np.asarray(model(ids)) for model, _, _ in members]
+    np.testing.assert_allclose(served["probabilities"].numpy(), (each[0] + each[1]) / 2, atol=1e-5)
+    labels = [label.decode() for label in served["label"].numpy()]
+    assert np.mean([a == b for a, b in zip(labels, examples.labels)]) == pytest.approx(report["accuracy"])
+    # Started again, it finds every member done and reports the same ensemble.
+    again = train_and_evaluate(config, run, *corpus, export=False)
+    assert again["members"] == report["members"]
+    assert again["confusion_matrix"] == report["confusion_matrix"]
+
+
 def test_mismatches_are_clear_errors(pretrained):
     run, _ = pretrained
     config = Config.load(os.path.join(run, "config.json")).model

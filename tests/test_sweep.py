@@ -73,6 +73,11 @@ def test_narrowing_the_space():
 
 def test_trials_pretrain_with_their_own_shapes_then_start_from_it(tmp_path, corpus):
     config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}})
+    # Trials are single models: an ensemble setting is refused before any work.
+    with pytest.raises(ValueError, match="train.members is 3: sweeps compare single models"):
+        run_sweep(Config.from_dict({**BASE, "train": {**BASE["train"], "members": 3}}), str(tmp_path / "members"),
+                  *corpus)
+    assert not os.path.exists(tmp_path / "members")
     # Every other hyperparameter fixed: the two widths are the only two trials.
     space = {**SPACE, "num_layers": 1, "sharing": "all", "pooling": "mean", "learning_rate": 2e-3,
              "token_dropout": 0.0, "vocabulary_size": 4000}

@@ -32,6 +32,9 @@ PROJECT = "trials"
 def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", max_trials=10,
               objective="val_accuracy", space_overrides=None, tpu=None, export_best=False):
     """Runs (or continues) a sweep; returns the rows of the results table."""
+    if config.train.members > 1:
+        raise ValueError(f"train.members is {config.train.members}: sweeps compare single models; train the "
+                         "best trial's settings with pipeline.train --members")
     strategy = resolve_strategy(tpu)
     configure_runtime(config, tpu)
     tuner_id = os.environ.get("KERASTUNER_TUNER_ID")
