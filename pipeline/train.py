@@ -6,7 +6,9 @@ With no --train, it trains on the embedded demo corpus. Killed and started
 again with the same command, it resumes from its last checkpoint. It first
 pre-trains on the training texts for --pretrain-epochs masked-LM epochs (as
 pipeline.pretrain does, in DIR/pretrain) and starts from that;
---pretrain-epochs 0 trains from scratch.
+--pretrain-epochs 0 trains from scratch. --members N fine-tunes N classifiers
+from that one pre-training (seeds --seed, --seed + 1, ...; members 2..N in
+DIR/members/<n>) and exports their ensemble.
 """
 
 import argparse
@@ -292,8 +294,8 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    args, config = parse_args(argv)
     try:
+        args, config = parse_args(argv)  # a bad --config file or value is an error too
         train_and_evaluate(config, args.model_dir, args.train, args.eval, args.tpu, init_from=args.init_from,
                            vocabulary_from=args.vocabulary_from)
     except (DataError, TPUUnavailableError, TrainingError, ValueError) as error:

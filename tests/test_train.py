@@ -17,6 +17,7 @@ from pipeline.dataset import Split, load_split, tokenize, train_dataset
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.model import build_model
 from pipeline.model_dir import load_run, restore_model, restore_variables
+from pipeline.train import main as train_main
 from pipeline.train import train_and_evaluate
 from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
 
@@ -254,6 +255,9 @@ def test_missing_eval_files_and_negative_pretraining_fail_before_any_work(tmp_pa
         train_and_evaluate(Config(), str(tmp_path / "run"), corpus[0], None)
     with pytest.raises(ValueError, match="train.pretrain_epochs must be 0 .none. or more, got -1"):
         train_and_evaluate(Config.from_dict({"train": {"pretrain_epochs": -1}}), str(tmp_path / "run"), *corpus)
+    # From the command line too, as a message, not a traceback.
+    with pytest.raises(SystemExit, match="error: train.members must be 1 or more, got 0"):
+        train_main(["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1], "--members", "0"])
     assert not os.path.exists(tmp_path / "run")
 
 
