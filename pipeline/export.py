@@ -6,7 +6,8 @@ re-exports a trained model from its best weights (or, failing those, its
 latest checkpoint) as `EXPORT_DIR/<version>/`, the layout TF Serving reads.
 Several model directories export one ensemble: the mean of their
 probabilities, behind the same signatures; the runs must share vocabulary,
-tokenizer settings and labels (train them with `--vocabulary-from`).
+tokenizer settings and labels (train them with `--vocabulary-from`). A run
+trained with `--members N` exports with its members, as it did when trained.
 The tokenizer runs inside the serving graph, so clients send text; loading
 the SavedModel needs `import tensorflow_text` first (its ops are in the graph).
 """
@@ -18,7 +19,7 @@ import sys
 import tensorflow as tf
 
 from pipeline.model import model_internals
-from pipeline.model_dir import restore_model
+from pipeline.model_dir import member_dirs, restore_model
 
 EXPORT_DIR = "export"
 
@@ -133,8 +134,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if len(args.model_dir) > 1 and not args.export_dir:
         parser.error("an ensemble of several --model-dir needs --export-dir")
-    try:
-        models, tokenizer, names = restore_ensemble(args.model_dir)
+    try:  # a run with train.members brings its members
+        models, tokenizer, names = restore_ensemble([d for given in args.model_dir for d in member_dirs(given)])
     except ValueError as error:
         sys.exit(f"error: {error}")
     root = args.export_dir or os.path.join(args.model_dir[0], EXPORT_DIR)

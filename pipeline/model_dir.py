@@ -26,6 +26,7 @@ from pipeline.tokenizer import Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, CHECKPOINT_DIR, model_variables
 
 CONFIG_FILE = "config.json"
+MEMBERS_DIR = "members"  # members 2..N of train.members
 # Fields added after runs were saved without them, with the value those runs
 # had (not today's default): a saved config holds every field, so a missing
 # one means a run older than the field.
@@ -76,6 +77,12 @@ def load_run(model_dir):
     if not os.path.exists(path):
         raise ValueError(f"{model_dir}: no {CONFIG_FILE}; not a pipeline.train model directory")
     return load_config(model_dir), Tokenizer.load(model_dir), load_label_names(model_dir)
+
+
+def member_dirs(model_dir):
+    """`model_dir` and, for a run with `train.members` N, its members 2..N."""
+    members = load_config(model_dir).train.members if os.path.exists(os.path.join(model_dir, CONFIG_FILE)) else 1
+    return [model_dir] + [os.path.join(model_dir, MEMBERS_DIR, str(n)) for n in range(2, members + 1)]
 
 
 def restore_variables(model, checkpoint_path):

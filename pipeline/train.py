@@ -37,7 +37,6 @@ from pipeline.trainer import BEST_WEIGHTS, Predictor, Trainer, TrainingError, bu
 
 METRICS_FILE = "metrics.json"
 PRETRAIN_DIR = "pretrain"  # a run's own pre-training, with train.pretrain_epochs
-MEMBERS_DIR = "members"  # members 2..N of train.members
 
 
 def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu=None,
@@ -108,7 +107,7 @@ def train_members(config, model, report, model_dir, train_paths, eval_paths, tpu
     """
     models, scores = [model], [_member_scores(model_dir, config.train.seed, report)]
     for member in range(2, config.train.members + 1):
-        directory = os.path.join(model_dir, MEMBERS_DIR, str(member))
+        directory = os.path.join(model_dir, run_dir.MEMBERS_DIR, str(member))
         seed = config.train.seed + member - 1
         print(f"Member {member} of {config.train.members} (seed {seed}) in {directory}")
         member_config = override(config, {"train": {"seed": seed, "members": 1, "pretrain_epochs": 0}})

@@ -278,6 +278,11 @@ def test_members_fine_tune_from_the_one_pretraining_and_export_their_ensemble(tm
     np.testing.assert_allclose(served["probabilities"].numpy(), (each[0] + each[1]) / 2, atol=1e-5)
     labels = [label.decode() for label in served["label"].numpy()]
     assert np.mean([a == b for a, b in zip(labels, examples.labels)]) == pytest.approx(report["accuracy"])
+    # Exported again from its directory, it keeps its members.
+    export_main(["--model-dir", run])
+    again = tf.saved_model.load(os.path.join(run, "export", "2")).signatures["serving_default"](
+        text=tf.constant(examples.texts))
+    np.testing.assert_allclose(again["probabilities"].numpy(), served["probabilities"].numpy(), atol=1e-6)
     # Started again, it finds every member done and reports the same ensemble.
     again = train_and_evaluate(config, run, *corpus, export=False)
     assert again["members"] == report["members"]
