@@ -166,10 +166,11 @@ class TrainConfig:
     # and exported as one ensemble serving the mean of their probabilities;
     # members 2..N train in MODEL_DIR/members/<n>. Each costs a fine-tuning
     # (about 2 minutes on bench/accuracy.py's 27k tweets, 2 cores) and its
-    # share of every request. On those tweets 3 members scored 0.7787 /
-    # 0.7757 / 0.7796 (seeds 42 / 2 / 7), 0.50-0.75 points above their
-    # members' mean and above TF-IDF's 0.7745 with each seed, in 628-638 s;
-    # one serving model is the default.
+    # share of every request. On those tweets 3 members scored 0.7796 /
+    # 0.7757 / 0.7787 (seeds 42 / 2 / 7), +0.10 / +0.48 / +1.05 points over
+    # the single default run and above TF-IDF's 0.7745 with each seed, in
+    # 654-707 s against 383-392 s; 2.2x the serving latency of one model,
+    # which users choose to pay: one model is the default.
     members: int = 1
     # Training steps run per host round trip (TPUs want 50-1000).
     steps_per_execution: int = 1
