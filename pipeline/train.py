@@ -99,8 +99,9 @@ def train_members(config, model, report, model_dir, train_paths, eval_paths, tpu
 
     Each is `train_and_evaluate` in `model_dir/members/<n>` with seed
     `train.seed + n - 1`, started from the run's pre-training (`init_from`),
-    or without one on the run's vocabulary: the two commands of the README's
-    recipe, to the digit; a resumed run resumes each or finds it done.
+    or without one on the run's vocabulary: to the digit what `--init-from
+    <run>/pretrain --pretrain-epochs 0 --seed <seed>` trains by hand. A
+    resumed run resumes each member or finds it done.
     Returns the models and the report of their ensemble (the mean of their
     probabilities) on `evaluation`, with each member's scores under
     `members`.
