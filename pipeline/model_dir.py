@@ -7,6 +7,7 @@
     MODEL_DIR/checkpoints/       resumable state (model, optimizer, step)
     MODEL_DIR/best.weights.h5    weights with the best validation score (last epoch's
                                  without train.keep_best_epoch)
+    MODEL_DIR/epoch_losses.json  mean training loss of each finished epoch (kept across resumes)
     MODEL_DIR/logs/              TensorBoard
     MODEL_DIR/metrics.json       final evaluation
     MODEL_DIR/export/<version>/  serving SavedModel (with train.members, their ensemble)

@@ -8,6 +8,7 @@ is written out: `strategy.run` of one step inside a `tf.range` loop inside a
 optimizer and metrics still Keras objects.
 """
 
+import json
 import math
 import os
 import sys
@@ -21,6 +22,7 @@ from pipeline.strategy import output_dir
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_WEIGHTS = "best.weights.h5"
+EPOCH_LOSSES = "epoch_losses.json"  # the mean training loss of each finished epoch
 
 
 class TrainingError(RuntimeError):
@@ -185,8 +187,10 @@ class Trainer:
         its split, batch size and seed bound). `on_epoch_end(epoch)` returns
         the validation score; the weights with the best score so far (the
         latest ones without `keep_best_epoch`) are saved to
-        `best.weights.h5` in `output_dir`. Returns the mean training loss of each
-        epoch trained by this call, by epoch number.
+        `best.weights.h5` in `output_dir`. Returns the mean training loss of
+        every epoch, by epoch number: those finished before a resume are read
+        back from `epoch_losses.json` (a run found finished returns them all);
+        an epoch resumed in its middle averages the steps after the resume.
         """
         steps_per_epoch = num_examples // self.config.batch_size
         if steps_per_epoch == 0:
@@ -196,7 +200,7 @@ class Trainer:
         if step:
             print(f"Resuming from the checkpoint at step {step} of {total_steps}.")
         writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "logs", "train"))
-        epoch_losses = {}
+        epoch_losses = self._finished_epoch_losses(step // steps_per_epoch)
         while step < total_steps:
             epoch, offset = divmod(step, steps_per_epoch)
             print(f"Epoch {epoch + 1}/{epochs}")
@@ -222,12 +226,21 @@ class Trainer:
                 if step % self.config.checkpoint_every == 0:
                     self.manager.save(checkpoint_number=step)
             epoch_losses[epoch + 1] = float(self.loss.result())
+            _write_json(os.path.join(self.output_dir, EPOCH_LOSSES), epoch_losses)
             score = on_epoch_end(epoch) if on_epoch_end else None
             if score is not None and (score > self.best_score.numpy() or not self.config.keep_best_epoch):
                 self.best_score.assign(score)
                 self.model.save_weights(os.path.join(self.output_dir, BEST_WEIGHTS))
             self.manager.save(checkpoint_number=step)
         return epoch_losses
+
+    def _finished_epoch_losses(self, finished):
+        # What earlier processes recorded for the epochs the checkpoint has finished.
+        path = os.path.join(self.model_dir, EPOCH_LOSSES)
+        if not finished or not os.path.exists(path):
+            return {}
+        with open(path, encoding="utf-8") as f:
+            return {int(epoch): loss for epoch, loss in json.load(f).items() if int(epoch) <= finished}
 
     def _check_finite(self, step):
         loss = float(self.loss.result())
@@ -237,3 +250,11 @@ class Trainer:
                 f"training loss became {loss} by step {step}; stopped without saving. "
                 f"The last good checkpoint is kept: {kept}. Lower {self.learning_rate_field} "
                 f"(now {self.config.learning_rate}) or train.clip_norm (now {self.config.clip_norm}).")
+
+
+def _write_json(path, value):
+    # Written whole, then renamed into place: a kill leaves the old file or the new one.
+    temporary = path + ".tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump(value, f)
+    os.replace(temporary, path)

@@ -217,6 +217,9 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     # Started again, the run finds both stages done and ends where it ended.
     again = train_and_evaluate(config, str(tmp_path / "one"), *corpus, export=False)
     assert again["confusion_matrix"] == one["confusion_matrix"]
+    assert again["train_loss_by_epoch"] == one["train_loss_by_epoch"]  # kept, not emptied
+    with open(tmp_path / "one" / "pretrain" / "pretrain_metrics.json") as f:
+        assert len(json.load(f)["loss_by_epoch"]) == 2
     with pytest.raises(ValueError, match="train.pretrain_epochs is 2: add --pretrain-epochs 0"):
         train_and_evaluate(config, str(tmp_path / "three"), *corpus, init_from=str(tmp_path / "pre"))
     # More members start from the run's own pre-training (other seeds) and

@@ -160,9 +160,11 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus):
                                    cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     metrics = [json.load(open(os.path.join(d, "metrics.json"))) for d in (killed_dir, tmp_path / "whole")]
-    for report in metrics:
-        report.pop("train_loss_by_epoch")  # covers only the epochs each process trained
+    losses = [report.pop("train_loss_by_epoch") for report in metrics]
     assert metrics[0] == metrics[1]
+    # Every epoch's loss is kept; the one the kill cut averages the steps after the resume.
+    assert losses[0].keys() == losses[1].keys() == {"1", "2"}
+    assert losses[0]["2"] == losses[1]["2"]
     assert os.path.isdir(os.path.join(killed_dir, "export", "1"))
 
 
@@ -219,7 +221,7 @@ def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(t
     assert whole["train_loss_by_epoch"]["2"] < whole["train_loss_by_epoch"]["1"]
     # The chief alone wrote the run's files; the other worker's folder is gone.
     assert sorted(os.listdir(whole_dir)) == sorted(
-        ["best.weights.h5", "checkpoints", "config.json", "export", "labels.json", "logs",
+        ["best.weights.h5", "checkpoints", "config.json", "epoch_losses.json", "export", "labels.json", "logs",
          "metrics.json", "tokenizer.json", "vocab.txt"])
     assert os.listdir(os.path.join(whole_dir, "export")) == ["1"]
 
@@ -235,9 +237,10 @@ def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(t
     outputs = _finish(_start_workers(killed_dir, corpus, config_path))
     assert all("Resuming from the checkpoint at step" in output for output in outputs)
     resumed = json.load(open(os.path.join(killed_dir, "metrics.json")))
-    for report in (whole, resumed):
-        report.pop("train_loss_by_epoch")  # covers only the epochs each process trained
+    losses = [report.pop("train_loss_by_epoch") for report in (whole, resumed)]
     assert resumed == whole
+    assert losses[0].keys() == losses[1].keys() == {"1", "2"}  # the cut epoch: the steps after the resume
+    assert losses[0]["2"] == losses[1]["2"]
     assert not os.path.exists(os.path.join(killed_dir, "workers"))
 
 
