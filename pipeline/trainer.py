@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline.dataset import distribute, eval_dataset
+from pipeline.files import atomic_write
 from pipeline.strategy import output_dir
 
 CHECKPOINT_DIR = "checkpoints"
@@ -226,7 +227,8 @@ class Trainer:
                 if step % self.config.checkpoint_every == 0:
                     self.manager.save(checkpoint_number=step)
             epoch_losses[epoch + 1] = float(self.loss.result())
-            _write_json(os.path.join(self.output_dir, EPOCH_LOSSES), epoch_losses)
+            with atomic_write(os.path.join(self.output_dir, EPOCH_LOSSES)) as f:
+                json.dump(epoch_losses, f)
             score = on_epoch_end(epoch) if on_epoch_end else None
             if score is not None and (score > self.best_score.numpy() or not self.config.keep_best_epoch):
                 self.best_score.assign(score)
@@ -250,11 +252,3 @@ class Trainer:
                 f"training loss became {loss} by step {step}; stopped without saving. "
                 f"The last good checkpoint is kept: {kept}. Lower {self.learning_rate_field} "
                 f"(now {self.config.learning_rate}) or train.clip_norm (now {self.config.clip_norm}).")
-
-
-def _write_json(path, value):
-    # Written whole, then renamed into place: a kill leaves the old file or the new one.
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(value, f)
-    os.replace(temporary, path)
