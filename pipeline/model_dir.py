@@ -16,6 +16,7 @@
     MODEL_DIR/workers/<task>/    the other workers' files during a multi-worker run
 """
 
+import contextlib
 import os
 
 import tensorflow as tf
@@ -93,10 +94,14 @@ def restore_variables(model, checkpoint_path):
     status.assert_existing_objects_matched()
 
 
-def restore_model(model_dir):
-    """The trained model of a run: its best weights, else its latest checkpoint."""
+def restore_model(model_dir, strategy=None):
+    """The trained model of a run: its best weights, else its latest checkpoint.
+
+    Built in `strategy.scope()` when a strategy is given (to predict with it).
+    """
     config, tokenizer, names = load_run(model_dir)
-    model = build_model(config.model)
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = build_model(config.model)
     best = os.path.join(model_dir, BEST_WEIGHTS)
     if os.path.exists(best):
         model.load_weights(best)

@@ -116,9 +116,7 @@ def train_members(config, model, report, model_dir, train_paths, eval_paths, tpu
                                            export=False, init_from=init_from,
                                            vocabulary_from=None if init_from else model_dir)
         scores.append(_member_scores(directory, seed, member_report))
-        with strategy.scope():
-            models.append(build_model(run_dir.load_config(directory).model))
-        models[-1].load_weights(os.path.join(directory, BEST_WEIGHTS))
+        models.append(run_dir.restore_model(directory, strategy)[0])
     predictions = [Predictor(member, strategy, config.train.batch_size)(evaluation) for member in models]
     labels = predictions[0][1]
     if any(not np.array_equal(other, labels) for _, other in predictions):
