@@ -85,9 +85,10 @@ def evaluate_masked_lm(model, dataset):
     With a sentence-order head, its accuracy too (chance is 0.5).
     """
     correct, targets_seen, order_correct, order_seen = 0, [], 0, 0
-    # Compiled once per batch shape; called eagerly, the model ran slower
-    # than the training steps.
-    predict = tf.function(lambda features: model(features, training=False))
+    # Compiled: called eagerly, the model ran slower than the training steps.
+    # Length-bucketed batches come in many shapes; after the first two
+    # traces, one with unknown dimensions serves them all.
+    predict = tf.function(lambda features: model(features, training=False), reduce_retracing=True)
     for features, targets, weights in dataset:
         probabilities = predict(features)
         if isinstance(probabilities, dict):
