@@ -169,6 +169,13 @@ class Trainer:
         # before its all-reduce. The optimizer sums replicas again, hence the
         # division.
         context = tf.distribute.get_replica_context()
+        if context.num_replicas_in_sync > 1:
+            # An embedding's gradient is IndexedSlices, a row per token
+            # position; their all-reduce gathers the rows, and a collective
+            # gather keeps the shape of its first call, so length-bucketed
+            # steps of another length fail ("Shape mismatch in the collective
+            # instance"). Dense, the gradient has the table's shape every step.
+            gradients = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in gradients]
         gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
         gradients, _ = tf.clip_by_global_norm(gradients, self.config.clip_norm)
         replicas = tf.cast(context.num_replicas_in_sync, gradients[0].dtype)

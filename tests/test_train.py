@@ -53,6 +53,8 @@ def _random_split(count):
 
 
 def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus):
+    # The demo texts make steps cut to 8 and to 16 tokens (train.length_bucket
+    # 8): the replicas' all-reduce must take embedding gradients of both sizes.
     single = train_and_evaluate(_config(), str(tmp_path / "one"), *corpus, export=False)
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     double = train_and_evaluate(_config(steps_per_execution=4), str(tmp_path / "two"), *corpus,
