@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from pipeline.config import TrainConfig  # noqa: E402
+from pipeline.dataset import train_dataset  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
 
@@ -50,16 +51,29 @@ def training_flops_per_token(vocabulary_size, embedding_size, hidden_size, num_l
     return 3 * forward
 
 
+def timed_steps(trainer, iterator, steps, warmup_steps):
+    """Seconds `trainer` takes for `steps` training steps from `iterator`,
+    after `warmup_steps` untimed ones (tracing, first compiled steps)."""
+    trainer._train_steps(iterator, tf.constant(warmup_steps))
+    float(trainer.loss.result())
+    start = time.perf_counter()
+    trainer._train_steps(iterator, tf.constant(steps))
+    float(trainer.loss.result())  # waits for the steps
+    return time.perf_counter() - start
+
+
 def steps_per_second(model, features, labels, batch_size, steps, warmup_steps=3):
     """Steady-state training steps/s of `model` in the project's training loop."""
     config = TrainConfig(batch_size=batch_size)
     with tempfile.TemporaryDirectory() as directory:
         trainer = Trainer(model, build_optimizer(config, 10_000), tf.distribute.get_strategy(), config, directory)
-        dataset = tf.data.Dataset.from_tensors((features, labels)).repeat()
-        iterator = iter(dataset)
-        trainer._train_steps(iterator, tf.constant(warmup_steps))  # tracing, first compiled steps
-        float(trainer.loss.result())
-        start = time.perf_counter()
-        trainer._train_steps(iterator, tf.constant(steps))
-        float(trainer.loss.result())  # waits for the steps
-        return steps / (time.perf_counter() - start)
+        iterator = iter(tf.data.Dataset.from_tensors((features, labels)).repeat())
+        return steps / timed_steps(trainer, iterator, steps, warmup_steps)
+
+
+def real_token_fraction(split, batch_size, length_bucket):
+    """Real tokens among the positions computed in one epoch of `split`'s
+    training batches cut with `length_bucket`."""
+    computed = sum(int(tf.size(ids)) for ids, _ in train_dataset(split, batch_size, seed=0,
+                                                                  length_bucket=length_bucket))
+    return float((split.ids != 0).sum()) / computed

@@ -16,9 +16,8 @@ logits are the same whatever the bucket (padding is masked and zeroed).
 import argparse
 import os
 import tempfile
-import time
 
-from common import write_results  # sets up the path and TF's logging
+from common import real_token_fraction, timed_steps, write_results  # sets up the path and TF's logging
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -28,12 +27,6 @@ from pipeline.config import Config, override  # noqa: E402
 from pipeline.dataset import learn_vocabulary, load_split, train_dataset  # noqa: E402
 from pipeline.model import build_model  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
-
-
-def real_fraction(split, batch_size, bucket):
-    """Real tokens among the positions computed in one epoch of `bucket`'s batches."""
-    computed = sum(int(tf.size(ids)) for ids, _ in train_dataset(split, batch_size, seed=0, length_bucket=bucket))
-    return float((split.ids != 0).sum()) / computed
 
 
 def main():
@@ -61,12 +54,7 @@ def main():
         def seconds(bucket, epoch, steps):
             # The same batches for every bucket of a round (one epoch's shuffle).
             iterator = iter(train_dataset(split, batch_size, config.train.seed, epoch=epoch, length_bucket=bucket))
-            trainer._train_steps(iterator, tf.constant(1))
-            float(trainer.loss.result())
-            start = time.perf_counter()
-            trainer._train_steps(iterator, tf.constant(steps))
-            float(trainer.loss.result())  # waits for the steps
-            return time.perf_counter() - start
+            return timed_steps(trainer, iterator, steps, warmup_steps=1)
 
         for bucket in args.buckets:  # tracing and the first steps of most shapes
             seconds(bucket, 0, args.steps)
@@ -81,7 +69,7 @@ def main():
     for bucket in args.buckets:
         median = float(np.median(times[bucket]))
         results["buckets"][str(bucket)] = {
-            "real_token_fraction": real_fraction(split, batch_size, bucket),
+            "real_token_fraction": real_token_fraction(split, batch_size, bucket),
             "median_ms_per_step": 1000 * median / args.steps, "speedup": float(baseline / median),
             "round_seconds": [float(t) for t in times[bucket]]}
         row = results["buckets"][str(bucket)]

@@ -19,13 +19,13 @@ against about 4 for float32's. `--precisions float32` leaves it out.
 import argparse
 import os
 
-from common import matmul_peak, steps_per_second, training_flops_per_token, write_results
+from common import matmul_peak, real_token_fraction, steps_per_second, training_flops_per_token, write_results
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from pipeline.config import ModelConfig, TrainConfig  # noqa: E402
-from pipeline.dataset import Split, train_dataset  # noqa: E402
+from pipeline.dataset import Split  # noqa: E402
 from pipeline.demo_corpus import generate  # noqa: E402
 from pipeline.model import build_model  # noqa: E402
 from pipeline.tokenizer import Tokenizer  # noqa: E402
@@ -66,9 +66,7 @@ def real_token_fractions(length_bucket):
     texts = [text for text, _ in generate(2048, seed=0)]
     ids = Tokenizer.learn(texts, max_length=DIMENSIONS["max_length"])(texts).numpy()
     split = Split(ids, np.zeros(len(ids), "int32"), [], {})
-    batches = [batch.numpy() for batch, _ in train_dataset(split, BATCH, seed=0, length_bucket=length_bucket)]
-    real = float((ids != 0).sum())
-    return real / ids.size, real / sum(batch.size for batch in batches)
+    return float((ids != 0).sum()) / ids.size, real_token_fraction(split, BATCH, length_bucket)
 
 
 def main():
