@@ -39,6 +39,12 @@ SHARED_LAYERS = ("embedding", "embedding_norm", "encoder")
 # Model fields that must match for those weights to fit.
 SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads", "intermediate_size",
                 "num_groups", "norm_first", "hidden_activation", "num_layers", "embedding_unit_scale")
+# The masked-token accuracy reported at the end is measured on a fresh
+# masking of about this many training documents (all of them when fewer): a
+# random sample, as each epoch's steps are shuffled. On 27k tweets the whole
+# epoch took 51 s of a 22-minute run on 2 slow cores, for a figure whose
+# standard error at this size is already under 0.003.
+EVALUATION_DOCUMENTS = 8192
 
 
 def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, strategy=None):
@@ -66,7 +72,8 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
                                      tokenizer.max_length, config.train.batch_size, config.pretrain, config.train.seed,
                                      length_bucket=usable_length_bucket(config, strategy))
     losses = trainer.fit(make_dataset, len(texts), config.train.epochs)
-    report = evaluate_masked_lm(model, make_dataset(epoch=config.train.epochs))
+    evaluation_steps = max(1, EVALUATION_DOCUMENTS // config.train.batch_size)
+    report = evaluate_masked_lm(model, make_dataset(epoch=config.train.epochs).take(evaluation_steps))
     report["loss_by_epoch"] = losses
     with open(os.path.join(output, METRICS_FILE), "w") as f:
         json.dump(report, f, indent=2)

@@ -162,6 +162,21 @@ def test_loss_falls_and_beats_the_most_frequent_token(pretrained):
     assert report["masked_accuracy"] > report["most_frequent_token_accuracy"] + 0.05, report
 
 
+def test_masked_accuracy_is_measured_on_a_sample_of_the_documents(tmp_path, monkeypatch):
+    # A fresh masking of the first EVALUATION_DOCUMENTS' worth of steps of the
+    # epoch after the last: a shuffled sample, not the whole corpus again.
+    documents = [text for text, _ in generate(320, seed=6)]
+    (tmp_path / "docs.txt").write_text("\n".join(documents) + "\n", encoding="utf-8")
+    monkeypatch.setattr("pipeline.pretrain.EVALUATION_DOCUMENTS", 64)
+    report = pretrain(Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1}}), str(tmp_path / "run"),
+                      str(tmp_path / "docs.txt"))
+    config, tokenizer = Config.load(str(tmp_path / "run" / "config.json")), Tokenizer.load(str(tmp_path / "run"))
+    steps = masked_lm_dataset(word_ids_of(documents, tokenizer), len(tokenizer.vocabulary), config.model.max_length,
+                              32, config.pretrain, config.train.seed, epoch=1, length_bucket=config.train.length_bucket)
+    predictions = [int(weights.numpy().sum()) for _, _, weights in steps]
+    assert len(predictions) == 10 and report["predictions"] == sum(predictions[:2]) > 0
+
+
 def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
     run, _ = pretrained
     config = Config.load(os.path.join(run, "config.json"))
