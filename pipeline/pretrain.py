@@ -42,8 +42,8 @@ SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads",
 # The masked-token accuracy reported at the end is measured on a fresh
 # masking of about this many training documents (all of them when fewer): a
 # random sample, as each epoch's steps are shuffled. On 27k tweets the whole
-# epoch took 51 s of a 22-minute run on 2 slow cores, for a figure whose
-# standard error at this size is already under 0.003.
+# epoch took 51-83 s of a 22-minute run on 2 slow cores (the sample: 17-21
+# s), for a figure whose standard error at this size is under 0.003.
 EVALUATION_DOCUMENTS = 8192
 
 
