@@ -172,7 +172,8 @@ def test_masked_accuracy_is_measured_on_a_sample_of_the_documents(tmp_path, monk
                       str(tmp_path / "docs.txt"))
     config, tokenizer = Config.load(str(tmp_path / "run" / "config.json")), Tokenizer.load(str(tmp_path / "run"))
     steps = masked_lm_dataset(word_ids_of(documents, tokenizer), len(tokenizer.vocabulary), config.model.max_length,
-                              32, config.pretrain, config.train.seed, epoch=1, length_bucket=config.train.length_bucket)
+                              config.train.batch_size, config.pretrain, config.train.seed, epoch=1,
+                              length_bucket=config.train.length_bucket)
     predictions = [int(weights.numpy().sum()) for _, _, weights in steps]
     assert len(predictions) == 10 and report["predictions"] == sum(predictions[:2]) > 0
 
