@@ -48,7 +48,11 @@ class ModelConfig:
     num_groups: int = 1
     # Activation of the feed-forward layer.
     hidden_activation: str = "gelu"
-    # Dropout after each sub-layer and on the pooled vector.
+    # Dropout after each sub-layer and on the pooled vector; masked-LM
+    # pre-training uses it too. Pre-training without it (ALBERT v2's choice)
+    # on bench/accuracy.py's tweets, seeds 42 / 2 / 7: masked-token accuracy
+    # and test accuracy rose (+0.31 / +0.14 / +0.63 points), validation
+    # accuracy fell with every seed (-1.31 / -0.43 / -0.43): not kept.
     dropout_rate: float = 0.1
     # Dropout on attention weights. 0 lets Keras use its fused attention op,
     # which also keeps logits and softmax in float32 under mixed_bfloat16;
