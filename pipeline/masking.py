@@ -86,8 +86,9 @@ def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config, length_b
 
     With `length_bucket`, `token_ids` are cut to the longest sequence of the
     batch rounded up to a multiple of it, instead of `max_length`, and
-    (without whole-word masking) the prediction slots to the most any row
-    of that length can have chosen, `ceil(length * mask_rate)`, instead of
+    the prediction slots to the most any row of that length can have
+    chosen, `ceil(length * mask_rate)` (with whole-word masking, whose words
+    bring all their pieces, the most any row of the step chose), instead of
     `max_predictions`: on short texts most slots are empty, and the output
     projection costs as much on an empty slot as on a real one.
 
@@ -112,7 +113,10 @@ def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config, length_b
         masked = masked.merge_dims(1, 2)
     token_ids = _pad(masked, max_length, length_bucket)
     slots = pretrain_config.max_predictions
-    if length_bucket and not pretrain_config.whole_word_masking:
+    if length_bucket and pretrain_config.whole_word_masking:
+        # A chosen word brings all its pieces: the most any row of the step chose.
+        slots = tf.minimum(slots, tf.cast(tf.reduce_max(positions.row_lengths()), tf.int32))
+    elif length_bucket:
         # A row chooses max(1, round(n * rate)) of its n <= length - 1 tokens.
         length = tf.cast(tf.shape(token_ids)[1], tf.float32)
         slots = tf.minimum(slots, tf.cast(tf.math.ceil(length * pretrain_config.mask_rate), tf.int32))

@@ -84,6 +84,27 @@ def test_whole_word_masking_takes_every_piece_of_a_word():
     assert checked > 50
 
 
+def test_whole_word_masking_in_length_buckets_keeps_every_chosen_piece():
+    # Bucketed steps carry only the slots the step's rows filled, not max_predictions.
+    texts = [text for text, _ in generate(500, seed=3)]
+    tokenizer = Tokenizer.learn(texts, kind="wordpiece", vocabulary_size=60, min_count=1, max_length=48)
+    word_ids = tokenizer.word_ids(tf.constant(texts))
+    masked = []
+    for length_bucket in (0, 8):
+        tf.random.set_seed(1)
+        masked.append(mask_tokens(word_ids, len(tokenizer.vocabulary), 48,
+                                  PretrainConfig(max_predictions=40, whole_word_masking=True), length_bucket))
+    (full, full_targets, full_weights), (cut, cut_targets, cut_weights) = masked
+    slots = int(full_weights.numpy().sum(axis=1).max())
+    assert cut_weights.shape == (500, slots) and 5 < slots < 40
+    np.testing.assert_array_equal(cut_weights, full_weights[:, :slots])
+    assert full_weights.numpy()[:, slots:].sum() == 0  # nothing chosen was cut
+    np.testing.assert_array_equal(cut["masked_positions"], full["masked_positions"][:, :slots])
+    np.testing.assert_array_equal(cut_targets, full_targets[:, :slots])
+    length = cut["token_ids"].shape[1]
+    np.testing.assert_array_equal(cut["token_ids"], full["token_ids"][:, :length])
+
+
 def _steps_of(texts, **kwargs):
     """Masked-LM steps whose chosen tokens stay as they were, so token_ids
     show which texts a step holds; and each text's ids by its first word."""
