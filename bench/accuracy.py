@@ -15,7 +15,10 @@ training split with its best epoch chosen on that same validation slice and
 scored through its exported SavedModel on the raw test texts (with
 `--whole-split`, also trained on the whole training split, keeping its last
 epoch, as keras-hub is; with `--ensemble`, one such run per seed, scored
-as one exported ensemble); keras-hub's
+as one exported ensemble; with `--config '{"train": {"refit": true}}'` the
+default run is refit on the whole training split up to its kept epoch, as
+`pipeline.train --refit` does, while the whole-split runs, evaluated on the
+test split, never refit); keras-hub's
 AlbertClassifier from scratch with the same dimensions and epochs (or
 `--keras-hub-epochs`, to give it the same time budget: this project's default
 run pre-trains first, and on the tweets 6 keras-hub epochs took its time),
@@ -142,14 +145,15 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, whole
 
 def run_config(overrides, epochs, whole_split):
     """This project's config: defaults, `--config` overrides, `--epochs`, and
-    with `whole_split` the last epoch kept (the evaluation files choose nothing)."""
+    with `whole_split` the last epoch kept and no refit (the evaluation files,
+    the test split, choose nothing and are never trained on)."""
     from pipeline.config import Config, override
 
     config = override(Config(), overrides or {})
     if epochs is not None:
         config = override(config, {"train": {"epochs": epochs}})
     if whole_split:
-        config = override(config, {"train": {"keep_best_epoch": False}})
+        config = override(config, {"train": {"keep_best_epoch": False, "refit": False}})
     return config
 
 

@@ -7,16 +7,21 @@
     MODEL_DIR/checkpoints/       resumable state (model, optimizer, step)
     MODEL_DIR/best.weights.h5    weights with the best validation score (last epoch's
                                  without train.keep_best_epoch)
+    MODEL_DIR/best_epoch.json    the epoch those weights are from, and its score
     MODEL_DIR/epoch_losses.json  mean training loss of each finished epoch (kept across resumes)
     MODEL_DIR/logs/              TensorBoard
     MODEL_DIR/metrics.json       final evaluation
     MODEL_DIR/export/<version>/  serving SavedModel (with train.members, their ensemble)
     MODEL_DIR/pretrain/          the run's masked-LM pre-training (train.pretrain_epochs)
     MODEL_DIR/members/<n>/       members 2..N of train.members, each a run of this layout
+    MODEL_DIR/refit/             with train.refit, the classifier trained again on the training
+                                 and evaluation files: checkpoints/, logs/, epoch_losses.json, and
+                                 its final weights (best.weights.h5), which the export serves
     MODEL_DIR/workers/<task>/    the other workers' files during a multi-worker run
 """
 
 import contextlib
+import json
 import os
 
 import tensorflow as tf
@@ -25,16 +30,17 @@ from pipeline.config import Config
 from pipeline.labels import LABELS_FILE, load_label_names, save_label_names
 from pipeline.model import build_model
 from pipeline.tokenizer import Tokenizer
-from pipeline.trainer import BEST_WEIGHTS, CHECKPOINT_DIR, model_variables
+from pipeline.trainer import BEST_EPOCH, BEST_WEIGHTS, CHECKPOINT_DIR, model_variables
 
 CONFIG_FILE = "config.json"
 MEMBERS_DIR = "members"  # members 2..N of train.members
+REFIT_DIR = "refit"  # train.refit's classifier
 # Fields added after runs were saved without them, with the value those runs
 # had (not today's default): a saved config holds every field, so a missing
 # one means a run older than the field.
 # A function of the saved values gives a value that depended on other fields.
 FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-                        "train": {"length_bucket": 0, "pretrain_epochs": 0, "members": 1},
+                        "train": {"length_bucket": 0, "pretrain_epochs": 0, "members": 1, "refit": False},
                         # Masked-LM training used the classifier's rate.
                         "pretrain": {"learning_rate": lambda saved: saved["train"]["learning_rate"]}}
 
@@ -94,14 +100,33 @@ def restore_variables(model, checkpoint_path):
     status.assert_existing_objects_matched()
 
 
-def restore_model(model_dir, strategy=None):
+def kept_epoch(model_dir):
+    """The epoch (counted from 1) whose weights a run kept as its best."""
+    path = os.path.join(model_dir, BEST_EPOCH)
+    if not os.path.exists(path):
+        raise ValueError(f"{model_dir}: no {BEST_EPOCH}, so the epoch it kept is unknown (no epoch has "
+                         "finished, or the run is older than train.refit: train it again in a new --model-dir)")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["epoch"]
+
+
+def restore_model(model_dir, strategy=None, refit=True):
     """The trained model of a run: its best weights, else its latest checkpoint.
 
-    Built in `strategy.scope()` when a strategy is given (to predict with it).
+    Of a `train.refit` run, the refit (what it exports); with `refit` false,
+    the model it kept on its evaluation files instead. Built in
+    `strategy.scope()` when a strategy is given (to predict with it).
     """
     config, tokenizer, names = load_run(model_dir)
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = build_model(config.model)
+    if config.train.refit and refit:
+        final = os.path.join(model_dir, REFIT_DIR, BEST_WEIGHTS)
+        if not os.path.exists(final):
+            raise ValueError(f"{model_dir}: its refit (train.refit) has not finished; start the run again to "
+                             "finish it")
+        model.load_weights(final)
+        return model, tokenizer, names
     best = os.path.join(model_dir, BEST_WEIGHTS)
     if os.path.exists(best):
         model.load_weights(best)

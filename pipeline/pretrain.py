@@ -144,14 +144,16 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
 def with_pretrain_epochs(config, epochs=None):
     """`config` with `train.epochs` set to the masked-LM epochs: `epochs`, else
     `train.pretrain_epochs`, so that `pipeline.pretrain` pre-trains as long as
-    `pipeline.train`'s own pre-training does with the same config."""
+    `pipeline.train`'s own pre-training does with the same config. A refit
+    (`train.refit`) comes after the pre-training and does not change it, so
+    it is off here: a refit run's pre-training is a plain run's."""
     if epochs is None:
         epochs = config.train.pretrain_epochs
         if epochs == 0:
             raise ValueError("train.pretrain_epochs is 0 (no pre-training) in this config: give --epochs")
     if epochs < 1:
         raise ValueError(f"masked-LM epochs must be 1 or more, got {epochs}")
-    return override(config, {"train": {"epochs": epochs}})
+    return override(config, {"train": {"epochs": epochs, "refit": False}})
 
 
 def _vocabulary(model_dir, output, vocabulary_from, texts, config):

@@ -8,7 +8,10 @@ pre-trains on the training texts for --pretrain-epochs masked-LM epochs (as
 pipeline.pretrain does, in DIR/pretrain) and starts from that;
 --pretrain-epochs 0 trains from scratch. --members N fine-tunes N classifiers
 from that one pre-training (seeds --seed, --seed + 1, ...; members 2..N in
-DIR/members/<n>) and exports their ensemble.
+DIR/members/<n>) and exports their ensemble. --refit, once the run has kept
+its best epoch on --eval, trains the classifier again from the same start on
+--train and --eval together up to that epoch (in DIR/refit) and exports
+that.
 """
 
 import argparse
@@ -30,7 +33,7 @@ from pipeline.labels import load_label_names
 from pipeline.metrics import classification_report, format_report
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
-from pipeline.readers import DataError
+from pipeline.readers import DataError, expand_paths
 from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, Predictor, Trainer, TrainingError, build_optimizer
@@ -76,15 +79,22 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
         if init_from:  # a resumed run's checkpoint then overrides these
             initialize_from(model, init_from, config.model, tokenizer.vocabulary)
     report = fit_and_evaluate(model, config, strategy, train, evaluation, names, model_dir)
-    models = [model]
+    exported = model
+    if config.train.refit:
+        exported, report["refit"] = refit(config, model_dir, train_paths, eval_paths, tokenizer, names, tpu,
+                                          strategy, init_from)
+    models = [exported]
     if config.train.members > 1:
-        models, report = train_members(members_config, model, report, model_dir, train_paths, eval_paths, tpu,
-                                       strategy, init_from, evaluation, names)
+        models, report = train_members(members_config, model, exported, report, model_dir, train_paths,
+                                       eval_paths, tpu, strategy, init_from, evaluation, names)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     with open(os.path.join(output, METRICS_FILE), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, ensure_ascii=False)
     print(format_report(report))
     _print_skipped(report["skipped_rows"])
+    if config.train.refit:
+        print("These scores are of the epoch kept on the evaluation files; the refit, trained on them too, is "
+              "what the export serves.")
     if export:
         path = export_saved_model(models, tokenizer, names, os.path.join(output, EXPORT_DIR))
         if output == model_dir:  # not a worker folder, removed at the end
@@ -93,20 +103,23 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     return report
 
 
-def train_members(config, model, report, model_dir, train_paths, eval_paths, tpu, strategy, init_from,
+def train_members(config, model, exported, report, model_dir, train_paths, eval_paths, tpu, strategy, init_from,
                   evaluation, names):
-    """Members 2..N of `train.members`, after the run's own classifier (`model`, `report`).
+    """Members 2..N of `train.members`, after the run's own classifier (`model`,
+    its `report`, and `exported`: `model`, or with `train.refit` its refit).
 
     Each is `train_and_evaluate` in `model_dir/members/<n>` with seed
     `train.seed + n - 1`, started from the run's pre-training (`init_from`),
     or without one on the run's vocabulary: to the digit what `--init-from
     <run>/pretrain --pretrain-epochs 0 --seed <seed>` trains by hand. A
     resumed run resumes each member or finds it done.
-    Returns the models and the report of their ensemble (the mean of their
-    probabilities) on `evaluation`, with each member's scores under
-    `members`.
+    Returns the models to export (with `train.refit`, each member's refit)
+    and the report of their ensemble (the mean of their probabilities) on
+    `evaluation`, scored with the models kept before any refit, with each
+    member's scores under `members`.
     """
-    models, scores = [model], [_member_scores(model_dir, config.train.seed, report)]
+    held_out, models = [model], [exported]
+    scores = [_member_scores(model_dir, config.train.seed, report)]
     for member in range(2, config.train.members + 1):
         directory = os.path.join(model_dir, run_dir.MEMBERS_DIR, str(member))
         seed = config.train.seed + member - 1
@@ -116,8 +129,9 @@ def train_members(config, model, report, model_dir, train_paths, eval_paths, tpu
                                            export=False, init_from=init_from,
                                            vocabulary_from=None if init_from else model_dir)
         scores.append(_member_scores(directory, seed, member_report))
-        models.append(run_dir.restore_model(directory, strategy)[0])
-    predictions = [Predictor(member, strategy, config.train.batch_size)(evaluation) for member in models]
+        held_out.append(run_dir.restore_model(directory, strategy, refit=False)[0])
+        models.append(run_dir.restore_model(directory, strategy)[0] if config.train.refit else held_out[-1])
+    predictions = [Predictor(member, strategy, config.train.batch_size)(evaluation) for member in held_out]
     labels = predictions[0][1]
     if any(not np.array_equal(other, labels) for _, other in predictions):
         raise RuntimeError("the members' evaluation batches came in different orders")  # never expected
@@ -125,6 +139,8 @@ def train_members(config, model, report, model_dir, train_paths, eval_paths, tpu
     ensemble = classification_report(labels, np.argmax(probabilities, axis=-1), names)
     ensemble.update(skipped_rows=report["skipped_rows"], train_loss_by_epoch=report["train_loss_by_epoch"],
                     members=scores)
+    if "refit" in report:
+        ensemble["refit"] = report["refit"]
     print("\n".join(f"member {index} (seed {score['seed']}): accuracy {score['accuracy']:.4f}, "
                     f"macro-F1 {score['macro_f1']:.4f}" for index, score in enumerate(scores, 1)))
     print(f"The ensemble of {len(models)} members:")
@@ -132,7 +148,39 @@ def train_members(config, model, report, model_dir, train_paths, eval_paths, tpu
 
 
 def _member_scores(directory, seed, report):
-    return {"model_dir": directory, "seed": seed, "accuracy": report["accuracy"], "macro_f1": report["macro_f1"]}
+    scores = {"model_dir": directory, "seed": seed, "accuracy": report["accuracy"], "macro_f1": report["macro_f1"]}
+    if "refit" in report:
+        scores["refit_epochs"] = report["refit"]["epochs"]
+    return scores
+
+
+def refit(config, model_dir, train_paths, eval_paths, tokenizer, names, tpu, strategy, init_from=None):
+    """`train.refit`: the run's classifier trained again on its training and
+    evaluation files together, for the epochs it kept.
+
+    From the run's start: `init_from`'s pre-training, or without one the
+    initialization of the run's seed. The learning-rate schedule spans
+    `train.epochs` over all those examples, and training stops after the
+    epoch the run kept (`best_epoch.json`), as that run's schedule stood
+    there. In `model_dir/refit`, resumed or found done like the run.
+    Returns the model and a summary of the refit for `metrics.json`.
+    """
+    epochs = run_dir.kept_epoch(output_dir(model_dir, strategy))
+    directory = os.path.join(model_dir, run_dir.REFIT_DIR)
+    configure_runtime(config, tpu)  # the run's seeds again: from scratch, its initialization
+    data = load_split(expand_paths(train_paths) + expand_paths(eval_paths), config.data, tokenizer, names)
+    print(f"Refit: {epochs} of {config.train.epochs} epoch(s) on {len(data)} training and evaluation "
+          f"examples in {directory}")
+    with strategy.scope():
+        model = build_model(config.model)
+        if init_from:  # a resumed refit's checkpoint then overrides these
+            initialize_from(model, init_from, config.model, tokenizer.vocabulary)
+        steps = len(data) // config.train.batch_size * config.train.epochs
+        trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, directory)
+    losses = trainer.fit(_training_batches(config, strategy, data), len(data), epochs)
+    model.save_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
+    finish_run(directory, strategy)
+    return model, {"epochs": epochs, "examples": len(data), "train_loss_by_epoch": losses}
 
 
 def data_paths(train_paths, eval_paths, directory):
@@ -203,15 +251,19 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
         print(f"validation accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f}")
         return report[config.train.best_metric]
 
-    make_dataset = functools.partial(train_dataset, train, config.train.batch_size, config.train.seed,
-                                     length_bucket=usable_length_bucket(config, strategy),
-                                     token_dropout=config.train.token_dropout)
-    epoch_losses = trainer.fit(make_dataset, len(train), epochs, on_epoch_end)
+    epoch_losses = trainer.fit(_training_batches(config, strategy, train), len(train), epochs, on_epoch_end)
     model.load_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
     report = _evaluate(trainer, evaluation, names)
     report["skipped_rows"] = {"train": train.skipped, "eval": evaluation.skipped}
     report["train_loss_by_epoch"] = epoch_losses
     return report
+
+
+def _training_batches(config, strategy, split):
+    # `make_dataset` of `Trainer.fit`: one epoch of `split`'s training batches.
+    return functools.partial(train_dataset, split, config.train.batch_size, config.train.seed,
+                             length_bucket=usable_length_bucket(config, strategy),
+                             token_dropout=config.train.token_dropout)
 
 
 def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None):
@@ -279,6 +331,9 @@ def parse_args(argv=None):
                             help=f"{section}.{field} ({notes.get(flag, '')}default {default})")
     parser.add_argument("--skip-bad-rows", action="store_true",
                         help="skip and count bad rows instead of stopping at the first")
+    parser.add_argument("--refit", action="store_true",
+                        help="train.refit: once the best epoch is kept on --eval, train again from the same "
+                        "start on --train and --eval together up to that epoch, and export that model")
     args = parser.parse_args(argv)
     config = Config.load(args.config) if args.config else Config()
     values = {}
@@ -288,6 +343,8 @@ def parse_args(argv=None):
             values.setdefault(section, {})[field] = value
     if args.skip_bad_rows:
         values.setdefault("data", {})["skip_bad_rows"] = True
+    if args.refit:
+        values.setdefault("train", {})["refit"] = True
     return args, override(config, values, "command line")
 
 

@@ -23,6 +23,7 @@ from pipeline.strategy import output_dir
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_WEIGHTS = "best.weights.h5"
+BEST_EPOCH = "best_epoch.json"  # the epoch best.weights.h5 holds, and its validation score
 EPOCH_LOSSES = "epoch_losses.json"  # the mean training loss of each finished epoch
 
 
@@ -195,7 +196,8 @@ class Trainer:
         its split, batch size and seed bound). `on_epoch_end(epoch)` returns
         the validation score; the weights with the best score so far (the
         latest ones without `keep_best_epoch`) are saved to
-        `best.weights.h5` in `output_dir`. Returns the mean training loss of
+        `best.weights.h5` in `output_dir` and their epoch (counted from 1)
+        and score to `best_epoch.json`. Returns the mean training loss of
         every epoch, by epoch number: those finished before a resume are read
         back from `epoch_losses.json` (a run found finished returns them all);
         an epoch resumed in its middle averages the steps after the resume.
@@ -231,7 +233,9 @@ class Trainer:
                 with writer.as_default(step=step):
                     for name, value in values:
                         tf.summary.scalar(name, value)
-                if step % self.config.checkpoint_every == 0:
+                if step % self.config.checkpoint_every == 0 and offset < steps_per_epoch:
+                    # An epoch's last step is saved after its evaluation: a
+                    # checkpoint at the end of an epoch means it was scored.
                     self.manager.save(checkpoint_number=step)
             epoch_losses[epoch + 1] = float(self.loss.result())
             with atomic_write(os.path.join(self.output_dir, EPOCH_LOSSES)) as f:
@@ -240,6 +244,8 @@ class Trainer:
             if score is not None and (score > self.best_score.numpy() or not self.config.keep_best_epoch):
                 self.best_score.assign(score)
                 self.model.save_weights(os.path.join(self.output_dir, BEST_WEIGHTS))
+                with atomic_write(os.path.join(self.output_dir, BEST_EPOCH)) as f:
+                    json.dump({"epoch": epoch + 1, "score": float(score)}, f)
             self.manager.save(checkpoint_number=step)
         return epoch_losses
 

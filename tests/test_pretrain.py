@@ -383,3 +383,39 @@ def test_sentence_order_prediction_learns_and_the_classifier_starts_from_it(tmp_
     restore_variables(reference, tf.train.latest_checkpoint(os.path.join(run, CHECKPOINT_DIR)))
     for ours, theirs in zip(classifier.get_layer("encoder").get_weights(), reference.get_layer("encoder").get_weights()):
         np.testing.assert_array_equal(ours, theirs)
+
+
+def test_refit_members_start_from_the_pretraining_and_the_report_scores_the_models_kept_before(tmp_path):
+    import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
+
+    from pipeline.export import latest_export
+    from pipeline.labels import load_label_names
+    from pipeline.model_dir import restore_model
+    from pipeline.readers import read_examples
+
+    corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
+    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "pretrain_epochs": 1, "members": 2,
+                                                 "refit": True}})
+    run = str(tmp_path / "run")
+    report = train_and_evaluate(config, run, *corpus)
+    member = os.path.join(run, "members", "2")
+    assert [m["refit_epochs"] for m in report["members"]] == [1, 1]
+    assert report["refit"]["examples"] == 320 + 64
+    # Member 2's refit is, to the digit, a run from the pre-training on the training and evaluation files.
+    recipe = str(tmp_path / "recipe")
+    train_and_evaluate(override(config, {"train": {"members": 1, "pretrain_epochs": 0, "refit": False,
+                                                   "seed": config.train.seed + 1}}),
+                       recipe, ",".join(corpus), corpus[1], export=False, init_from=os.path.join(run, "pretrain"))
+    for value, expected in zip(restore_model(member)[0].get_weights(), restore_model(recipe)[0].get_weights()):
+        np.testing.assert_array_equal(value, expected)
+    # The export serves the mean of the refits; the report scores the mean of the models kept before them.
+    examples = read_examples(corpus[1])
+    served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
+        text=tf.constant(examples.texts))["probabilities"].numpy()
+    tokenizer = Tokenizer.load(run)
+    ids = tokenizer(tf.constant(examples.texts))
+    refits, kept = ([np.asarray(restore_model(d, refit=refit)[0](ids)) for d in (run, member)] for refit in (True, False))
+    np.testing.assert_allclose(served, np.mean(refits, axis=0), atol=1e-5)
+    names = load_label_names(run)
+    predicted = np.asarray(names)[np.argmax(np.mean(kept, axis=0), axis=-1)]
+    assert np.mean(predicted == np.asarray(examples.labels)) == pytest.approx(report["accuracy"])

@@ -78,6 +78,11 @@ def test_trials_pretrain_with_their_own_shapes_then_start_from_it(tmp_path, corp
         run_sweep(Config.from_dict({**BASE, "train": {**BASE["train"], "members": 3}}), str(tmp_path / "members"),
                   *corpus)
     assert not os.path.exists(tmp_path / "members")
+    # Nor a refit, which would train on the files that score the trial.
+    with pytest.raises(ValueError, match="train.refit is true: sweeps score each trial on the evaluation files"):
+        run_sweep(Config.from_dict({**BASE, "train": {**BASE["train"], "refit": True}}), str(tmp_path / "refit"),
+                  *corpus)
+    assert not os.path.exists(tmp_path / "refit")
     # Every other hyperparameter fixed: the two widths are the only two trials.
     space = {**SPACE, "num_layers": 1, "sharing": "all", "pooling": "mean", "learning_rate": 2e-3,
              "token_dropout": 0.0, "vocabulary_size": 4000}

@@ -2,6 +2,8 @@ import dataclasses
 import functools
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +18,8 @@ from pipeline.config import Config
 from pipeline.dataset import Split, load_split, tokenize, train_dataset
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.model import build_model
-from pipeline.model_dir import load_run, restore_model, restore_variables
+from pipeline.model_dir import REFIT_DIR, load_run, restore_model, restore_variables
+from pipeline.readers import read_examples
 from pipeline.train import main as train_main
 from pipeline.train import train_and_evaluate
 from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
@@ -137,37 +140,96 @@ def _train_command(model_dir, corpus, config_path):
             "--eval", corpus[1], "--config", config_path, "--checkpoint-every", "3"]
 
 
-def test_killed_run_resumes_to_the_same_result(tmp_path, corpus):
-    config_path = str(tmp_path / "tiny.json")
-    with open(config_path, "w") as f:  # with dropout: resuming must restore its random state too
+@pytest.fixture(scope="module")
+def killable(tmp_path_factory, corpus):
+    """`(config_path, run)`: a tiny config with dropout (resuming must restore
+    its random state too) and a run of it, with --refit, never interrupted."""
+    directory = tmp_path_factory.mktemp("killable")
+    config_path = str(directory / "tiny.json")
+    with open(config_path, "w") as f:
         json.dump({**TINY, "model": {**TINY["model"], "dropout_rate": 0.1},
                    "train": {**TINY["train"], "token_dropout": 0.1}}, f)
+    run = str(directory / "whole")
+    uninterrupted = subprocess.run(_train_command(run, corpus, config_path) + ["--refit"], cwd=ROOT,
+                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True, text=True,
+                                   timeout=300)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    return config_path, run
+
+
+def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
+    # Killed in the fine-tuning, then again in the refit, then let finish.
+    config_path, whole_dir = killable
+    command = _train_command(str(tmp_path / "killed"), corpus, config_path) + ["--refit"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     killed_dir = str(tmp_path / "killed")
-    process = subprocess.Popen(_train_command(killed_dir, corpus, config_path), cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not os.path.exists(os.path.join(killed_dir, CHECKPOINT_DIR, "ckpt-6.index")):
-        assert process.poll() is None and time.time() < deadline, "no checkpoint before the run ended"
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert not os.path.exists(os.path.join(killed_dir, "metrics.json"))
+    for stage, steps in (("", 640 // 32 * 2), (REFIT_DIR, (640 + 200) // 32 * 2)):  # the refit reads both files
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   text=True)
+        deadline = time.time() + 180
+        while not os.path.exists(os.path.join(killed_dir, stage, CHECKPOINT_DIR, "ckpt-6.index")):
+            assert process.poll() is None and time.time() < deadline, "no checkpoint before the run ended"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        output = process.communicate()[0]
+        if stage:  # resumed in the fine-tuning's last checkpoint, past its kill
+            assert re.search(r"Resuming from the checkpoint at step \d+ of 40\.", output), output[-3000:]
+        assert not os.path.exists(os.path.join(killed_dir, "metrics.json"))
 
-    resumed = subprocess.run(_train_command(killed_dir, corpus, config_path), cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resuming from the checkpoint at step" in resumed.stdout
-    uninterrupted = subprocess.run(_train_command(str(tmp_path / "whole"), corpus, config_path),
-                                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
-    metrics = [json.load(open(os.path.join(d, "metrics.json"))) for d in (killed_dir, tmp_path / "whole")]
-    losses = [report.pop("train_loss_by_epoch") for report in metrics]
+    assert "Resuming from the checkpoint at step 40 of 40." in resumed.stdout  # found done
+    assert re.search(rf"Resuming from the checkpoint at step \d+ of {steps}\.", resumed.stdout)
+    metrics = [json.load(open(os.path.join(d, "metrics.json"))) for d in (killed_dir, whole_dir)]
+    # Every epoch's loss is kept; the one a kill cut averages the steps after the resume.
+    losses = [(report.pop("train_loss_by_epoch"), report["refit"].pop("train_loss_by_epoch")) for report in metrics]
     assert metrics[0] == metrics[1]
-    # Every epoch's loss is kept; the one the kill cut averages the steps after the resume.
-    assert losses[0].keys() == losses[1].keys() == {"1", "2"}
-    assert losses[0]["2"] == losses[1]["2"]
+    for killed, whole in zip(*losses):  # the fine-tuning's, then the refit's
+        assert killed.keys() == whole.keys() == {"1", "2"}
+        assert killed["1"] != whole["1"]
+        assert killed["2"] == whole["2"]
+    # The refit, what the export serves, is the uninterrupted run's to the digit.
+    for resumed_weights, whole_weights in zip(*(restore_model(d)[0].get_weights() for d in (killed_dir, whole_dir))):
+        np.testing.assert_array_equal(resumed_weights, whole_weights)
     assert os.path.isdir(os.path.join(killed_dir, "export", "1"))
+
+
+def test_refit_trains_again_on_train_and_eval_up_to_the_kept_epoch_and_is_exported(tmp_path, corpus):
+    import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
+
+    from pipeline.export import latest_export
+
+    config = _config(refit=True, keep_best_epoch=False)  # keeps the last epoch: 2
+    run = str(tmp_path / "run")
+    report = train_and_evaluate(config, run, *corpus)
+    assert {key: report["refit"][key] for key in ("epochs", "examples")} == {"epochs": 2, "examples": 840}
+    # The report scores the model kept on the evaluation files, not the refit, which trained on them.
+    examples = read_examples(corpus[1])
+    _, tokenizer, names = load_run(run)
+    held_out, refit = restore_model(run, refit=False)[0], restore_model(run)[0]
+    ids = tokenize(tokenizer, examples.texts)
+    predicted = np.asarray(names)[np.argmax(held_out(ids), axis=-1)]
+    assert np.mean(predicted == np.asarray(examples.labels)) == pytest.approx(report["accuracy"])
+    # The refit is, to the digit, a run on the training and evaluation files with the run's vocabulary.
+    recipe = train_and_evaluate(_config(keep_best_epoch=False), str(tmp_path / "recipe"), ",".join(corpus),
+                                corpus[1], export=False, vocabulary_from=run)
+    for value, expected in zip(refit.get_weights(), restore_model(str(tmp_path / "recipe"))[0].get_weights()):
+        np.testing.assert_array_equal(value, expected)
+    assert report["refit"]["train_loss_by_epoch"] == recipe["train_loss_by_epoch"]
+    # The export serves the refit.
+    served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
+        text=tf.constant(examples.texts))["probabilities"].numpy()
+    np.testing.assert_allclose(served, refit(ids), atol=1e-5)
+    assert np.abs(served - held_out(ids)).max() > 0.01
+    # Had the run kept its first epoch, the refit stops after it, the schedule still spanning two:
+    # the recipe's first epoch.
+    with open(os.path.join(run, "best_epoch.json"), "w") as f:
+        json.dump({"epoch": 1, "score": report["accuracy"]}, f)
+    shutil.rmtree(os.path.join(run, REFIT_DIR))
+    again = train_and_evaluate(config, run, *corpus, export=False)
+    assert again["refit"]["train_loss_by_epoch"] == {1: recipe["train_loss_by_epoch"][1]}
+    assert tf.train.latest_checkpoint(os.path.join(run, REFIT_DIR, CHECKPOINT_DIR)).endswith("ckpt-26")
+    assert again["confusion_matrix"] == report["confusion_matrix"]
 
 
 def _start_workers(model_dir, corpus, config_path):
@@ -210,8 +272,9 @@ def _finish(workers, timeout=300):
 
 def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(tmp_path, corpus):
     config_path = str(tmp_path / "tiny.json")
-    with open(config_path, "w") as f:
-        json.dump({**TINY, "model": {**TINY["model"], "dropout_rate": 0.1}}, f)
+    with open(config_path, "w") as f:  # a refit after the run: both workers read the epoch it kept
+        json.dump({**TINY, "model": {**TINY["model"], "dropout_rate": 0.1}, "train": {**TINY["train"], "refit": True}},
+                  f)
     whole_dir, killed_dir = str(tmp_path / "whole"), str(tmp_path / "killed")
     outputs = _finish(_start_workers(whole_dir, corpus, config_path))
     assert "2 replica(s) of CollectiveAllReduceStrategy" in outputs[0]  # MultiWorkerMirroredStrategy
@@ -223,8 +286,11 @@ def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(t
     assert whole["train_loss_by_epoch"]["2"] < whole["train_loss_by_epoch"]["1"]
     # The chief alone wrote the run's files; the other worker's folder is gone.
     assert sorted(os.listdir(whole_dir)) == sorted(
-        ["best.weights.h5", "checkpoints", "config.json", "epoch_losses.json", "export", "labels.json", "logs",
-         "metrics.json", "tokenizer.json", "vocab.txt"])
+        ["best.weights.h5", "best_epoch.json", "checkpoints", "config.json", "epoch_losses.json", "export",
+         "labels.json", "logs", "metrics.json", "refit", "tokenizer.json", "vocab.txt"])
+    assert sorted(os.listdir(os.path.join(whole_dir, "refit"))) == [
+        "best.weights.h5", "checkpoints", "epoch_losses.json", "logs"]
+    assert whole["refit"]["examples"] == 640 + 200
     assert os.listdir(os.path.join(whole_dir, "export")) == ["1"]
 
     workers = _start_workers(killed_dir, corpus, config_path)
@@ -270,7 +336,7 @@ def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, 
     model_dir = str(tmp_path / "old")
     # What runs from before these fields did.
     older = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-             "train": {"length_bucket": 0, "token_dropout": 0.0, "pretrain_epochs": 0},
+             "train": {"length_bucket": 0, "token_dropout": 0.0, "pretrain_epochs": 0, "refit": False},
              # Masked-LM training took the classifier's rate (TINY's, not the default).
              "pretrain": {"learning_rate": TINY["train"]["learning_rate"]}}
     config = Config.from_dict({**TINY, "model": {**TINY["model"], **older["model"]},

@@ -35,6 +35,9 @@ def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", m
     if config.train.members > 1:
         raise ValueError(f"train.members is {config.train.members}: sweeps compare single models; train the "
                          "best trial's settings with pipeline.train --members")
+    if config.train.refit:
+        raise ValueError("train.refit is true: sweeps score each trial on the evaluation files it would then "
+                         "train on; train the best trial's settings with pipeline.train --refit")
     strategy = resolve_strategy(tpu)
     configure_runtime(config, tpu)
     tuner_id = os.environ.get("KERASTUNER_TUNER_ID")
