@@ -35,6 +35,10 @@ from pipeline.trainer import BEST_EPOCH, BEST_WEIGHTS, CHECKPOINT_DIR, model_var
 CONFIG_FILE = "config.json"
 MEMBERS_DIR = "members"  # members 2..N of train.members
 REFIT_DIR = "refit"  # train.refit's classifier
+# Fields a resumed run may change: they act after everything a run resumes
+# from. train.refit comes after the run's own training, so a finished run
+# gets its refit by being started again with --refit.
+CHANGEABLE_ON_RESUME = {"train": {"refit"}}
 # Fields added after runs were saved without them, with the value those runs
 # had (not today's default): a saved config holds every field, so a missing
 # one means a run older than the field.
@@ -54,7 +58,8 @@ def check_or_save_config(model_dir, config):
     """Saves `config`, or checks it equals the one a previous run saved.
 
     Resuming with different settings would silently mix two runs, so a
-    mismatch is an error that names the differing fields.
+    mismatch is an error that names the differing fields, except those of
+    `CHANGEABLE_ON_RESUME`, which are saved anew.
     """
     path = os.path.join(model_dir, CONFIG_FILE)
     if os.path.exists(path):
@@ -62,12 +67,14 @@ def check_or_save_config(model_dir, config):
         current = config.to_dict()
         changed = [f"{section}.{key}: {saved[section][key]!r} -> {value!r}"
                    for section, values in current.items()
-                   for key, value in values.items() if saved[section][key] != value]
+                   for key, value in values.items()
+                   if saved[section][key] != value and key not in CHANGEABLE_ON_RESUME.get(section, ())]
         if changed:
             raise ValueError(f"{model_dir} holds a run with other settings ({'; '.join(changed)}); "
                              "use a new --model-dir, or the same settings to resume")
-    else:
-        config.save(path)
+        if saved == current:
+            return
+    config.save(path)
 
 
 def save_vocabulary(model_dir, tokenizer, label_names):

@@ -201,7 +201,10 @@ def test_refit_trains_again_on_train_and_eval_up_to_the_kept_epoch_and_is_export
 
     config = _config(refit=True, keep_best_epoch=False)  # keeps the last epoch: 2
     run = str(tmp_path / "run")
+    # A finished run is refit by starting it again with the refit on.
+    train_and_evaluate(_config(keep_best_epoch=False), run, *corpus, export=False)
     report = train_and_evaluate(config, run, *corpus)
+    assert load_run(run)[0].train.refit
     assert {key: report["refit"][key] for key in ("epochs", "examples")} == {"epochs": 2, "examples": 840}
     # The report scores the model kept on the evaluation files, not the refit, which trained on them.
     examples = read_examples(corpus[1])
