@@ -44,7 +44,7 @@ class ServingModule(tf.Module):
         # A variable, so the SavedModel keeps it as `loaded.label_names`.
         self.label_names = tf.Variable(list(label_names), trainable=False, name="label_names")
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve(self, text):
         ids = self.tokenizer(text)
         probabilities = _mean([tf.cast(model(ids, training=False), tf.float32) for model in self.models])
@@ -52,7 +52,7 @@ class ServingModule(tf.Module):
         return {"probabilities": probabilities, "label_id": label_id,
                 "label": tf.gather(self.label_names, label_id)}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def attention(self, text):
         ids = self.tokenizer(text)
         internals = [model_internals(model, ids) for model in self.models]

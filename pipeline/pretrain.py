@@ -95,7 +95,8 @@ def evaluate_masked_lm(model, dataset):
     # Compiled: called eagerly, the model ran slower than the training steps.
     # Length-bucketed batches come in many shapes; after the first two
     # traces, one with unknown dimensions serves them all.
-    predict = tf.function(lambda features: model(features, training=False), reduce_retracing=True)
+    predict = tf.function(lambda features: model(features, training=False), reduce_retracing=True,
+                          autograph=False)
     for features, targets, weights in dataset:
         probabilities = predict(features)
         if isinstance(probabilities, dict):

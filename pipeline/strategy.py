@@ -70,7 +70,7 @@ def finish_run(model_dir, strategy):
             pass
 
 
-@tf.function
+@tf.function(autograph=False)
 def _barrier(strategy):
     # An all-reduce returns on no worker before every worker has joined it.
     return strategy.reduce("SUM", strategy.run(tf.ones, args=([],)), axis=None)
