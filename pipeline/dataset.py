@@ -8,6 +8,7 @@ off TPUs, group texts of similar length and cut the common padding; evaluation
 pads the last batch with zero-weight examples so every example counts once.
 """
 
+import collections
 import dataclasses
 import functools
 
@@ -65,6 +66,16 @@ def load_split(paths, data_config, tokenizer, names):
     labels = encode_labels(examples, names, data_config.skip_bad_rows)
     return Split(tokenize(tokenizer, examples.texts), labels, examples.sources,
                  dict(examples.skipped))
+
+
+def concatenate(splits):
+    """One split of the examples of `splits`, in order: what `load_split`
+    gives for all their files in one list."""
+    skipped = collections.Counter()
+    for split in splits:
+        skipped.update(split.skipped)
+    return Split(np.concatenate([split.ids for split in splits]), np.concatenate([split.labels for split in splits]),
+                 [source for split in splits for source in split.sources], dict(skipped))
 
 
 def learn_vocabulary(paths, data_config, max_length, reuse=None):

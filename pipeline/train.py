@@ -26,14 +26,15 @@ import tensorflow as tf
 
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
-from pipeline.dataset import learn_vocabulary, load_split, read_split, train_dataset, usable_length_bucket
+from pipeline.dataset import (concatenate, learn_vocabulary, load_split, read_split, train_dataset,
+                              usable_length_bucket)
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.labels import load_label_names
 from pipeline.metrics import classification_report, format_report
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
-from pipeline.readers import DataError, expand_paths
+from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, Predictor, Trainer, TrainingError, build_optimizer
@@ -81,7 +82,7 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     report = fit_and_evaluate(model, config, strategy, train, evaluation, names, model_dir)
     exported = model
     if config.train.refit:
-        exported, report["refit"] = refit(config, model_dir, train_paths, eval_paths, tokenizer, names, tpu,
+        exported, report["refit"] = refit(config, model_dir, concatenate([train, evaluation]), tokenizer, tpu,
                                           strategy, init_from)
     models = [exported]
     if config.train.members > 1:
@@ -154,9 +155,10 @@ def _member_scores(directory, seed, report):
     return scores
 
 
-def refit(config, model_dir, train_paths, eval_paths, tokenizer, names, tpu, strategy, init_from=None):
-    """`train.refit`: the run's classifier trained again on its training and
-    evaluation files together, for the epochs it kept.
+def refit(config, model_dir, data, tokenizer, tpu, strategy, init_from=None):
+    """`train.refit`: the run's classifier trained again on `data`, its
+    training and evaluation splits together (tokenized by the run's
+    `tokenizer`), for the epochs it kept.
 
     From the run's start: `init_from`'s pre-training, or without one the
     initialization of the run's seed. The learning-rate schedule spans
@@ -168,7 +170,6 @@ def refit(config, model_dir, train_paths, eval_paths, tokenizer, names, tpu, str
     epochs = run_dir.kept_epoch(output_dir(model_dir, strategy))
     directory = os.path.join(model_dir, run_dir.REFIT_DIR)
     configure_runtime(config, tpu)  # the run's seeds again: from scratch, its initialization
-    data = load_split(expand_paths(train_paths) + expand_paths(eval_paths), config.data, tokenizer, names)
     print(f"Refit: {epochs} of {config.train.epochs} epoch(s) on {len(data)} training and evaluation "
           f"examples in {directory}")
     with strategy.scope():

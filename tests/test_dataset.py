@@ -3,7 +3,8 @@ import pytest
 import tensorflow as tf
 
 from pipeline.config import DataConfig
-from pipeline.dataset import Split, distribute, eval_dataset, learn_vocabulary, load_split, train_dataset
+from pipeline.dataset import (Split, concatenate, distribute, eval_dataset, learn_vocabulary, load_split,
+                              train_dataset)
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.tokenizer import CLS_ID, UNK_ID
 
@@ -149,3 +150,18 @@ def test_demo_corpus_end_to_end(tmp_path):
     assert names == ["negative", "positive"] and len(train) == 300 and len(test) == 50
     assert train.ids.shape == (300, 24) and train.ids.dtype == np.int32
     assert (train.ids[:, 0] == 2).all() and train.sources[0].endswith("train.csv:2")
+
+
+def test_concatenated_splits_are_the_split_of_all_their_files(tmp_path):
+    # A refit's data: the training and evaluation splits the run holds, not the files read again.
+    (tmp_path / "a.csv").write_text("text,label\nthe cat sat,pos\n  ,neg\na dog ran far,neg\n", encoding="utf-8")
+    (tmp_path / "b.csv").write_text("text,label\nthe dog,pos\nfine,\nmany cats,odd\ncat,neg\n", encoding="utf-8")
+    config = DataConfig(tokenizer="word", min_count=1, skip_bad_rows=True)
+    names, tokenizer = learn_vocabulary(str(tmp_path / "a.csv"), config, max_length=8)
+    parts = [load_split(str(tmp_path / name), config, tokenizer, names) for name in ("a.csv", "b.csv")]
+    joined, whole = concatenate(parts), load_split(f"{tmp_path}/a.csv,{tmp_path}/b.csv", config, tokenizer, names)
+    np.testing.assert_array_equal(joined.ids, whole.ids)
+    np.testing.assert_array_equal(joined.labels, whole.labels)
+    assert joined.sources == whole.sources == [f"{tmp_path}/{source}" for source in ("a.csv:2", "a.csv:4",
+                                                                                    "b.csv:2", "b.csv:5")]
+    assert joined.skipped == whole.skipped and sum(whole.skipped.values()) == 3
