@@ -38,7 +38,7 @@ demo: install
 # CI's 2 cores busy: on the 2-core Zen 3 machine the suite took 18-25 minutes
 # in one process (four runs), 8.7 and 11.6 in two (two fresh clones' .ci/run:
 # 9.9 and 12.8 with the set-up; the machine is shared and its speed varies).
-# Work-stealing evens out the tests' lengths (from under a second to 2.5
+# Work-stealing evens out the tests' lengths (from under a second to 3
 # minutes). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
 test: install

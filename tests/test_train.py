@@ -179,7 +179,7 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
     resumed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from the checkpoint at step 40 of 40." in resumed.stdout  # found done
-    refit_steps = (640 + 200) // 32 * 2  # the refit reads the evaluation files too
+    refit_steps = (640 + 200) // 32 * 2  # the refit trains on the evaluation examples too
     assert re.search(rf"Resuming from the checkpoint at step \d+ of {refit_steps}\.", resumed.stdout)
     metrics = [json.load(open(os.path.join(d, "metrics.json"))) for d in (killed_dir, whole_dir)]
     # Every epoch's loss is kept; the one a kill cut averages the steps after the resume.
