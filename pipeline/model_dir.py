@@ -36,9 +36,10 @@ CONFIG_FILE = "config.json"
 MEMBERS_DIR = "members"  # members 2..N of train.members
 REFIT_DIR = "refit"  # train.refit's classifier
 # Fields a resumed run may change: they act after everything a run resumes
-# from. train.refit comes after the run's own training, so a finished run
-# gets its refit by being started again with --refit.
-CHANGEABLE_ON_RESUME = {"train": {"refit"}}
+# from. train.refit and members 2..N of train.members come after the run's
+# own training, so a finished run gets its refit by being started again with
+# --refit, and grows (or shrinks) its ensemble with another --members.
+CHANGEABLE_ON_RESUME = {"train": {"refit", "members"}}
 # Fields added after runs were saved without them, with the value those runs
 # had (not today's default): a saved config holds every field, so a missing
 # one means a run older than the field.

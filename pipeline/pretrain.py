@@ -146,15 +146,16 @@ def with_pretrain_epochs(config, epochs=None):
     """`config` with `train.epochs` set to the masked-LM epochs: `epochs`, else
     `train.pretrain_epochs`, so that `pipeline.pretrain` pre-trains as long as
     `pipeline.train`'s own pre-training does with the same config. A refit
-    (`train.refit`) comes after the pre-training and does not change it, so
-    it is off here: a refit run's pre-training is a plain run's."""
+    (`train.refit`) and ensemble members (`train.members`) come after the
+    pre-training and do not change it, so they are off here: such a run's
+    pre-training is a plain run's."""
     if epochs is None:
         epochs = config.train.pretrain_epochs
         if epochs == 0:
             raise ValueError("train.pretrain_epochs is 0 (no pre-training) in this config: give --epochs")
     if epochs < 1:
         raise ValueError(f"masked-LM epochs must be 1 or more, got {epochs}")
-    return override(config, {"train": {"epochs": epochs, "refit": False}})
+    return override(config, {"train": {"epochs": epochs, "refit": False, "members": 1}})
 
 
 def _vocabulary(model_dir, output, vocabulary_from, texts, config):

@@ -11,7 +11,8 @@ from that one pre-training (seeds --seed, --seed + 1, ...; members 2..N in
 DIR/members/<n>) and exports their ensemble. --refit, once the run has kept
 its best epoch on --eval, trains the classifier again from the same start on
 --train and --eval together up to that epoch (in DIR/refit) and exports
-that.
+that. A finished run started again with --refit, or with another --members,
+adds the refit or the new members and exports again.
 """
 
 import argparse

@@ -284,7 +284,7 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
         assert Tokenizer.load(str(tmp_path / run)).vocabulary == other.vocabulary
 
 
-def test_members_fine_tune_from_the_one_pretraining_and_export_their_ensemble(tmp_path):
+def test_members_fine_tune_from_the_one_pretraining_export_their_ensemble_and_grow_on_resume(tmp_path):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
 
     from pipeline.export import latest_export
@@ -294,10 +294,16 @@ def test_members_fine_tune_from_the_one_pretraining_and_export_their_ensemble(tm
     corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
     config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "pretrain_epochs": 1, "members": 2}})
     run = str(tmp_path / "run")
+    # A finished single run grows into the ensemble when started again with
+    # more members: member 1 is that run, found done; its pre-training too.
+    single = train_and_evaluate(override(config, {"train": {"members": 1}}), run, *corpus, export=False)
     report = train_and_evaluate(config, run, *corpus)
     seed = config.train.seed
     member = os.path.join(run, "members", "2")
     assert [(m["model_dir"], m["seed"]) for m in report["members"]] == [(run, seed), (member, seed + 1)]
+    assert report["members"][0]["accuracy"] == single["accuracy"]
+    assert report["train_loss_by_epoch"] == single["train_loss_by_epoch"]  # not trained again
+    assert Config.load(os.path.join(run, "config.json")).train.members == 2
     assert not os.path.exists(os.path.join(member, "pretrain"))  # one pre-training for all
     # Member 2 is the README's recipe (--init-from the run's pre-training, the next seed), to the digit.
     recipe = train_and_evaluate(override(config, {"train": {"members": 1, "pretrain_epochs": 0, "seed": seed + 1}}),
@@ -327,6 +333,12 @@ def test_members_fine_tune_from_the_one_pretraining_and_export_their_ensemble(tm
     again = train_and_evaluate(config, run, *corpus, export=False)
     assert again["members"] == report["members"]
     assert again["confusion_matrix"] == report["confusion_matrix"]
+    # With one member again, it is the single run once more, and exports it alone.
+    alone = train_and_evaluate(override(config, {"train": {"members": 1}}), run, *corpus)
+    assert "members" not in alone and alone["confusion_matrix"] == single["confusion_matrix"]
+    served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
+        text=tf.constant(examples.texts))
+    np.testing.assert_allclose(served["probabilities"].numpy(), each[0], atol=1e-5)
 
 
 def test_mismatches_are_clear_errors(pretrained):
