@@ -26,6 +26,7 @@ import tensorflow as tf
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
 from pipeline.dataset import learn_tokenizer, usable_length_bucket
+from pipeline.files import atomic_write
 from pipeline.masking import masked_lm_dataset, word_ids_of
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
@@ -61,6 +62,12 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     run_dir.check_or_save_config(output, config)
     print(f"{len(texts)} documents, vocabulary of {len(tokenizer.vocabulary)}, "
           f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}")
+    report = _finished_report(model_dir)
+    if report is not None:  # started again (a killed fine-tuning, a refit, more members): nothing to train
+        print(f"The pre-training in {model_dir} is done.")
+        _print_report(report)
+        finish_run(model_dir, strategy)
+        return report
     steps = len(texts) // config.train.batch_size * config.train.epochs
     train_config = dataclasses.replace(config.train, learning_rate=config.pretrain.learning_rate)
     with strategy.scope():
@@ -75,15 +82,32 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     evaluation_steps = max(1, EVALUATION_DOCUMENTS // config.train.batch_size)
     report = evaluate_masked_lm(model, make_dataset(epoch=config.train.epochs).take(evaluation_steps))
     report["loss_by_epoch"] = losses
-    with open(os.path.join(output, METRICS_FILE), "w") as f:
+    with atomic_write(os.path.join(output, METRICS_FILE)) as f:  # last: the mark of a finished run
         json.dump(report, f, indent=2)
+    _print_report(report)
+    finish_run(model_dir, strategy)
+    return report
+
+
+def _finished_report(model_dir):
+    # The report a finished run wrote last, or None. Read from `model_dir`,
+    # where every worker of a cluster reads the chief's checkpoints too, so
+    # that all of them skip or none does.
+    path = os.path.join(model_dir, METRICS_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)
+    report["loss_by_epoch"] = {int(epoch): loss for epoch, loss in report["loss_by_epoch"].items()}
+    return report
+
+
+def _print_report(report):
     print(f"masked-token accuracy {report['masked_accuracy']:.4f} (always the most frequent "
           f"token: {report['most_frequent_token_accuracy']:.4f}) on {report['predictions']} predictions")
     if "sentence_order_accuracy" in report:
         print(f"sentence-order accuracy {report['sentence_order_accuracy']:.4f} on "
               f"{report['sentence_order_examples']} documents (chance: 0.5)")
-    finish_run(model_dir, strategy)
-    return report
 
 
 def evaluate_masked_lm(model, dataset):

@@ -222,6 +222,20 @@ def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
     assert Tokenizer.load(str(tmp_path / "classifier")).vocabulary == Tokenizer.load(run).vocabulary
 
 
+def test_a_finished_pretraining_started_again_returns_its_report_and_trains_nothing(pretrained, capsys):
+    # A run started again for its refit, more members or a killed
+    # fine-tuning finds its pre-training done: no steps, no second masked-LM
+    # evaluation, the report it wrote.
+    run, report = pretrained
+    config = Config.load(os.path.join(run, "config.json"))
+    capsys.readouterr()
+    again = pretrain(config, run, os.path.join(os.path.dirname(run), "docs.txt"))
+    assert again == report
+    out = capsys.readouterr().out
+    assert f"The pre-training in {run} is done." in out
+    assert "Resuming" not in out and "Epoch" not in out
+
+
 def test_a_diverging_masked_lm_names_its_own_learning_rate(tmp_path):
     # Masked-LM trains at pretrain.learning_rate, not train's: the message must
     # send the user to the field that set the rate that diverged.
