@@ -40,6 +40,15 @@ SHARED_LAYERS = ("embedding", "embedding_norm", "encoder")
 # Model fields that must match for those weights to fit.
 SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads", "intermediate_size",
                 "num_groups", "norm_first", "hidden_activation", "num_layers", "embedding_unit_scale")
+# Fields `pretrain` never reads (the classifier's, and the run's beyond its
+# pre-training; train.epochs is the pre-training's length): configs that
+# differ in these alone pre-train to the same weights (tests/test_pretrain.py
+# checks it), so one finished pre-training serves them all
+# (`finished_pretraining`).
+UNREAD_FIELDS = {"model": ("num_classes", "pooling", "head_shared_kernel"),
+                 "data": ("label_column",),
+                 "train": ("learning_rate", "token_dropout", "best_metric", "keep_best_epoch", "pretrain_epochs",
+                           "members", "refit")}
 # The masked-token accuracy reported at the end is measured on a fresh
 # masking of about this many training documents (all of them when fewer): a
 # random sample, as each epoch's steps are shuffled. On 27k tweets the whole
@@ -87,6 +96,30 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     _print_report(report)
     finish_run(model_dir, strategy)
     return report
+
+
+def finished_pretraining(config, vocabulary, directories):
+    """The first of `directories` holding a finished pre-training that
+    `config`'s own would repeat, or None.
+
+    Its settings must equal those `config` pre-trains with
+    (`with_pretrain_epochs`), the fields of `UNREAD_FIELDS` aside, and
+    its vocabulary `vocabulary`. Pre-training is deterministic, so starting
+    from it is starting from the weights `config` would train (sweep trials
+    that differ in their classifier's settings alone share one).
+    """
+    wanted = _pretraining_settings(with_pretrain_epochs(config).to_dict())
+    for directory in directories:
+        if (_finished_report(directory) is not None
+                and _pretraining_settings(run_dir.load_config(directory).to_dict()) == wanted
+                and list(Tokenizer.load(directory).vocabulary) == list(vocabulary)):
+            return directory
+    return None
+
+
+def _pretraining_settings(settings):
+    return {section: {key: value for key, value in values.items() if key not in UNREAD_FIELDS.get(section, ())}
+            for section, values in settings.items()}
 
 
 def _finished_report(model_dir):

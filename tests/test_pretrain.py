@@ -14,7 +14,7 @@ from pipeline.export import main as export_main
 from pipeline.masking import mask_tokens, masked_lm_dataset, swap_segments, word_ids_of
 from pipeline.model import build_model, build_pretraining_model
 from pipeline.model_dir import restore_variables
-from pipeline.pretrain import initialize_from, pretrain
+from pipeline.pretrain import UNREAD_FIELDS, finished_pretraining, initialize_from, pretrain
 from pipeline.pretrain import main as pretrain_main
 from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
 from pipeline.train import train_and_evaluate
@@ -234,6 +234,36 @@ def test_a_finished_pretraining_started_again_returns_its_report_and_trains_noth
     out = capsys.readouterr().out
     assert f"The pre-training in {run} is done." in out
     assert "Resuming" not in out and "Epoch" not in out
+
+
+def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_and_it_is_shared(pretrained,
+                                                                                             tmp_path):
+    run, _ = pretrained
+    saved = Config.load(os.path.join(run, "config.json"))
+    unread = {"model": {"num_classes": 5, "pooling": "mean", "head_shared_kernel": False},
+              "data": {"label_column": "sentiment"},
+              "train": {"learning_rate": 0.5, "token_dropout": 0.3, "best_metric": "macro_f1",
+                        "keep_best_epoch": False, "pretrain_epochs": 9, "members": 4, "refit": True}}
+    assert {section: tuple(fields) for section, fields in unread.items()} == UNREAD_FIELDS
+    other = str(tmp_path / "other")
+    pretrain(override(saved, unread), other, os.path.join(os.path.dirname(run), "docs.txt"))
+    weights = []
+    for directory in (run, other):
+        model = build_pretraining_model(Config.load(os.path.join(directory, "config.json")).model)
+        restore_variables(model, tf.train.latest_checkpoint(os.path.join(directory, CHECKPOINT_DIR)))
+        weights.append(model.get_weights())
+    for ours, theirs in zip(*weights):
+        np.testing.assert_array_equal(ours, theirs)
+    # So a classifier whose own pre-training would differ in those alone
+    # starts from the finished one; one that would train otherwise does not.
+    vocabulary = Tokenizer.load(run).vocabulary
+    classifier = override(saved, {**unread, "train": {**unread["train"], "pretrain_epochs": saved.train.epochs,
+                                                      "epochs": 2}})
+    assert finished_pretraining(classifier, vocabulary, [str(tmp_path), run]) == run
+    for differing in ({"train": {"warmup_fraction": 0.2}}, {"model": {"dropout_rate": 0.1}},
+                      {"train": {"pretrain_epochs": saved.train.epochs + 1}}, {"pretrain": {"learning_rate": 1e-3}}):
+        assert finished_pretraining(override(classifier, differing), vocabulary, [run]) is None, differing
+    assert finished_pretraining(classifier, list(reversed(vocabulary)), [run]) is None
 
 
 def test_a_diverging_masked_lm_names_its_own_learning_rate(tmp_path):

@@ -71,7 +71,7 @@ def test_narrowing_the_space():
         narrow(SEARCH_SPACE, {"depth": 3})
 
 
-def test_trials_pretrain_with_their_own_shapes_then_start_from_it(tmp_path, corpus):
+def test_trials_pretrain_with_their_own_shapes_then_start_from_it_and_share_it(tmp_path, corpus):
     config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}})
     # Trials are single models: an ensemble setting is refused before any work.
     with pytest.raises(ValueError, match="train.members is 3: sweeps compare single models"):
@@ -83,15 +83,24 @@ def test_trials_pretrain_with_their_own_shapes_then_start_from_it(tmp_path, corp
         run_sweep(Config.from_dict({**BASE, "train": {**BASE["train"], "refit": True}}), str(tmp_path / "refit"),
                   *corpus)
     assert not os.path.exists(tmp_path / "refit")
-    # Every other hyperparameter fixed: the two widths are the only two trials.
-    space = {**SPACE, "num_layers": 1, "sharing": "all", "pooling": "mean", "learning_rate": 2e-3,
+    # Every other hyperparameter fixed: two widths and two poolings are the only four trials.
+    space = {**SPACE, "num_layers": 1, "sharing": "all", "pooling": ["flatten", "mean"], "learning_rate": 2e-3,
              "token_dropout": 0.0, "vocabulary_size": 4000}
     directory = str(tmp_path / "sweep")
-    rows = run_sweep(config, directory, *corpus, "random", max_trials=3, space_overrides=space)
-    assert sorted(row["hidden_size"] for row in rows) == [32, 64]  # two shapes
+    rows = run_sweep(config, directory, *corpus, "random", max_trials=5, space_overrides=space)
+    assert sorted((row["hidden_size"], row["pooling"]) for row in rows) == [
+        (32, "flatten"), (32, "mean"), (64, "flatten"), (64, "mean")]
+    # The pooling is the classifier's alone: one pre-training per width, the
+    # width's other trial starting from it.
+    own = {}
     for row in rows:
         trial_dir = os.path.join(directory, "trials", f"trial_{row['trial']}")
-        pretrain_dir = os.path.join(trial_dir, "pretrain")
+        if os.path.exists(os.path.join(trial_dir, "pretrain")):
+            own.setdefault(row["hidden_size"], []).append(trial_dir)
+    assert sorted(own) == [32, 64] and all(len(dirs) == 1 for dirs in own.values()), own
+    for row in rows:
+        trial_dir = os.path.join(directory, "trials", f"trial_{row['trial']}")
+        pretrain_dir = os.path.join(own[row["hidden_size"]][0], "pretrain")
         assert load_config(pretrain_dir).model.hidden_size == row["hidden_size"]
         assert Tokenizer.load(pretrain_dir).vocabulary == Tokenizer.load(trial_dir).vocabulary
         pretrained = build_pretraining_model(load_config(pretrain_dir).model)

@@ -4,10 +4,12 @@
 and calls `build_model`; `fit` trains with the project's own loop
 (`pipeline.train.fit_and_evaluate`: host loops, checkpoints, best epoch),
 so a trial is trained exactly as `pipeline.train` trains, pre-training on
-the training texts first with `train.pretrain_epochs`.
+the training texts first with `train.pretrain_epochs` - or starting from an
+earlier trial's finished pre-training where its own would repeat that one.
 """
 
 import dataclasses
+import glob
 import json
 import os
 
@@ -18,9 +20,9 @@ from pipeline.dataset import learn_tokenizer, load_split, read_split
 from pipeline.files import atomic_write
 from pipeline.model import build_model
 from pipeline.model_dir import check_or_save_config, has_vocabulary, save_vocabulary
-from pipeline.pretrain import initialize_from
+from pipeline.pretrain import finished_pretraining, initialize_from
 from pipeline.tokenizer import Tokenizer
-from pipeline.train import fit_and_evaluate, pretrain_on_training_texts
+from pipeline.train import PRETRAIN_DIR, fit_and_evaluate, pretrain_on_training_texts
 from tuning.search_space import sample
 
 OBJECTIVES = {"val_accuracy": "accuracy", "val_macro_f1": "macro_f1"}
@@ -89,6 +91,19 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
     def build(self, hp):
         return build_model(self.config_for(hp).model)
 
+    def shared_pretraining(self, config, tokenizer, trial_dir):
+        """A finished pre-training of another trial that this one's would
+        repeat (the trials differ in their classifier's settings alone, or a
+        Hyperband round trains a trial's values again), or None. A trial
+        that began its own pre-training goes on with it."""
+        if os.path.exists(os.path.join(trial_dir, PRETRAIN_DIR)):
+            return None
+        others = sorted(glob.glob(os.path.join(os.path.dirname(trial_dir), "trial_*", PRETRAIN_DIR)))
+        directory = finished_pretraining(config, tokenizer.vocabulary, others)
+        if directory is not None:
+            print(f"Starting from {directory}: this trial's pre-training would repeat it")
+        return directory
+
     def fit(self, hp, model, *args, trial_dir=None, epochs=None, **kwargs):
         # Keras callbacks in kwargs (KerasTuner's own checkpointing) are not
         # used: the project's loop checkpoints and keeps the best epoch.
@@ -103,9 +118,10 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
                              f"learned now for data.vocabulary_size {config.data.vocabulary_size}")
         save_vocabulary(trial_dir, tokenizer, names)
         if config.train.pretrain_epochs:
-            # As pipeline.train does, with the trial's own shapes and vocabulary.
-            pretrain_dir = pretrain_on_training_texts(config, trial_dir, self.data.paths[0], trial_dir, self.tpu,
-                                                      self.strategy)
+            pretrain_dir = self.shared_pretraining(config, tokenizer, trial_dir)
+            if pretrain_dir is None:  # as pipeline.train does, with the trial's own shapes and vocabulary
+                pretrain_dir = pretrain_on_training_texts(config, trial_dir, self.data.paths[0], trial_dir,
+                                                          self.tpu, self.strategy)
             initialize_from(model, pretrain_dir, config.model, tokenizer.vocabulary)
         report = fit_and_evaluate(model, config, self.strategy, train, evaluation, names,
                                   trial_dir, epochs=epochs)
