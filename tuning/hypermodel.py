@@ -26,6 +26,8 @@ from pipeline.train import PRETRAIN_DIR, fit_and_evaluate, pretrain_on_training_
 from tuning.search_space import sample
 
 OBJECTIVES = {"val_accuracy": "accuracy", "val_macro_f1": "macro_f1"}
+# In a trial directory without pretrain/: the other trial's pre-training it started from.
+PRETRAINED_FROM = "pretrained_from.json"
 
 
 class Vocabularies:
@@ -102,6 +104,8 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         directory = finished_pretraining(config, tokenizer.vocabulary, others)
         if directory is not None:
             print(f"Starting from {directory}: this trial's pre-training would repeat it")
+            with atomic_write(os.path.join(trial_dir, PRETRAINED_FROM)) as f:  # in place of its own pretrain/
+                json.dump({"pretrain_dir": directory}, f)
         return directory
 
     def fit(self, hp, model, *args, trial_dir=None, epochs=None, **kwargs):
