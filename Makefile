@@ -36,8 +36,8 @@ demo: install
 # Most of the suite's time is single-threaded (tracing graphs, starting the
 # processes that tests kill and resume), so one process kept about one of
 # CI's 2 cores busy: on the 2-core Zen 3 machine the suite took 18-25 minutes
-# in one process (four runs), 8.7-12.1 in two (four fresh clones' .ci/run:
-# 9.9-13.7 with the set-up; the machine is shared and its speed varies).
+# in one process (four runs), 8.7-15.4 in two (six fresh clones' .ci/run:
+# 9.9-17.4 with the set-up; the machine is shared and its speed varies).
 # Work-stealing evens out the tests' lengths (from under a second to 3
 # minutes). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
