@@ -112,9 +112,13 @@ def finished_pretraining(config, vocabulary, directories):
     for directory in directories:
         if (_finished_report(directory) is not None
                 and _pretraining_settings(run_dir.load_config(directory).to_dict()) == wanted
-                and list(Tokenizer.load(directory).vocabulary) == list(vocabulary)):
+                and _same_vocabulary(directory, vocabulary)):
             return directory
     return None
+
+
+def _same_vocabulary(directory, vocabulary):
+    return list(Tokenizer.load(directory).vocabulary) == list(vocabulary)
 
 
 def _pretraining_settings(settings):
@@ -181,7 +185,7 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
     A vocabulary or shape mismatch is a `ValueError` naming what differs;
     nothing is loaded partially.
     """
-    if list(Tokenizer.load(pretrain_dir).vocabulary) != list(vocabulary):
+    if not _same_vocabulary(pretrain_dir, vocabulary):
         raise ValueError(f"--init-from {pretrain_dir}: its vocabulary differs from this run's "
                          "(a run directory keeps the vocabulary it started with; use a new --model-dir)")
     pretrained = run_dir.load_config(pretrain_dir)

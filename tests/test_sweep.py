@@ -98,14 +98,12 @@ def test_trials_pretrain_with_their_own_shapes_then_start_from_it_and_share_it(t
         if os.path.exists(os.path.join(trial_dir, "pretrain")):
             own.setdefault(row["hidden_size"], []).append(trial_dir)
     assert sorted(own) == [32, 64] and all(len(dirs) == 1 for dirs in own.values()), own
-    for row in rows:  # the others say where they started
-        trial_dir = os.path.join(directory, "trials", f"trial_{row['trial']}")
-        if trial_dir not in own[row["hidden_size"]]:
-            with open(os.path.join(trial_dir, "pretrained_from.json")) as f:
-                assert json.load(f) == {"pretrain_dir": os.path.join(own[row["hidden_size"]][0], "pretrain")}
     for row in rows:
         trial_dir = os.path.join(directory, "trials", f"trial_{row['trial']}")
         pretrain_dir = os.path.join(own[row["hidden_size"]][0], "pretrain")
+        if trial_dir not in own[row["hidden_size"]]:  # the others say where they started
+            with open(os.path.join(trial_dir, "pretrained_from.json")) as f:
+                assert json.load(f) == {"pretrain_dir": pretrain_dir}
         assert load_config(pretrain_dir).model.hidden_size == row["hidden_size"]
         assert Tokenizer.load(pretrain_dir).vocabulary == Tokenizer.load(trial_dir).vocabulary
         pretrained = build_pretraining_model(load_config(pretrain_dir).model)
