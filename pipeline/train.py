@@ -31,6 +31,7 @@ from pipeline.dataset import (concatenate, learn_vocabulary, load_split, read_sp
                               usable_length_bucket)
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
+from pipeline.files import atomic_write
 from pipeline.labels import load_label_names
 from pipeline.metrics import classification_report, format_report
 from pipeline.model import build_model
@@ -90,7 +91,7 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
         models, report = train_members(members_config, model, exported, report, model_dir, train_paths,
                                        eval_paths, tpu, strategy, init_from, evaluation, names)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
-    with open(os.path.join(output, METRICS_FILE), "w", encoding="utf-8") as f:
+    with atomic_write(os.path.join(output, METRICS_FILE)) as f:  # whole or absent, as a run's other files
         json.dump(report, f, indent=2, ensure_ascii=False)
     print(format_report(report))
     _print_skipped(report["skipped_rows"])
