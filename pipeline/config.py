@@ -215,9 +215,11 @@ class TrainConfig:
     # pre-trainings) it scored 0.7742 on the test split against 0.7711
     # without, +0.32 points (95% interval +0.05 to +0.56), level with
     # TF-IDF's 0.7745; trained to the last epoch instead of the kept one it
-    # gained nothing (-0.04). It added 21-34% to a default run's time there,
-    # which the 15-minute budget of bench/accuracy.py's default run has no
-    # room for at the reference speed: an option, not the default.
+    # gained nothing (-0.04). It added 21-34% to a default run's time there
+    # (at the reference speed 13.2-14.5 minutes against 10.2-11.1,
+    # inside bench/accuracy.py's 15-minute budget). Not the default: it
+    # trains on the evaluation files, which users often give as the test
+    # split they report on.
     refit: bool = False
 
     def __post_init__(self):
