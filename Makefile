@@ -38,8 +38,8 @@ demo: install
 # CI's 2 cores busy: on the 2-core Zen 3 machine the suite took 18-25 minutes
 # in one process (four runs), 8.7-15.4 in two (six fresh clones' .ci/run:
 # 9.9-17.4 with the set-up; the machine is shared and its speed varies); on
-# the Zen 4 machine, at the issue's reference speed, 7.4-8.1 in two (two
-# fresh clones' .ci/run: 8.7-9.2 with the set-up).
+# the Zen 4 machine, at the issue's reference speed, 7.1-8.1 in two (three
+# fresh clones' .ci/run: 8.0-9.2 with the set-up).
 # Work-stealing evens out the tests' lengths (from under a second to 3
 # minutes). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
