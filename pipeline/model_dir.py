@@ -14,9 +14,10 @@
     MODEL_DIR/export/<version>/  serving SavedModel (with train.members, their ensemble)
     MODEL_DIR/pretrain/          the run's masked-LM pre-training (train.pretrain_epochs)
     MODEL_DIR/members/<n>/       members 2..N of train.members, each a run of this layout
-    MODEL_DIR/refit/             with train.refit, the classifier trained again on the training
-                                 and evaluation files: checkpoints/, logs/, epoch_losses.json, and
-                                 its final weights (best.weights.h5), which the export serves
+    MODEL_DIR/refit/             with train.refit, the classifier trained again on all the training
+                                 files (with train.validation_split 0, and the evaluation files):
+                                 checkpoints/, logs/, epoch_losses.json, and its final weights
+                                 (best.weights.h5), which the export serves
     MODEL_DIR/workers/<task>/    the other workers' files during a multi-worker run
 """
 
@@ -45,7 +46,8 @@ CHANGEABLE_ON_RESUME = {"train": {"refit", "members"}}
 # one means a run older than the field.
 # A function of the saved values gives a value that depended on other fields.
 FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-                        "train": {"length_bucket": 0, "pretrain_epochs": 0, "members": 1, "refit": False},
+                        "train": {"length_bucket": 0, "pretrain_epochs": 0, "members": 1, "refit": False,
+                                  "validation_split": 0.0},
                         # Masked-LM training used the classifier's rate.
                         "pretrain": {"learning_rate": lambda saved: saved["train"]["learning_rate"]}}
 
@@ -122,13 +124,13 @@ def restore_model(model_dir, strategy=None, refit=True):
     """The trained model of a run: its best weights, else its latest checkpoint.
 
     Of a `train.refit` run, the refit (what it exports); with `refit` false,
-    the model it kept on its evaluation files instead. Built in
+    the model it kept on its validation examples instead. Built in
     `strategy.scope()` when a strategy is given (to predict with it).
     """
     config, tokenizer, names = load_run(model_dir)
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = build_model(config.model)
-    if config.train.refit and refit:
+    if config.train.refits and refit:
         final = os.path.join(model_dir, REFIT_DIR, BEST_WEIGHTS)
         if not os.path.exists(final):
             raise ValueError(f"{model_dir}: its refit (train.refit) has not finished; start the run again to "

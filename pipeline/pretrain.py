@@ -29,7 +29,7 @@ from pipeline.dataset import learn_tokenizer, usable_length_bucket
 from pipeline.files import atomic_write
 from pipeline.masking import masked_lm_dataset, word_ids_of
 from pipeline.model import build_pretraining_model
-from pipeline.readers import DataError, read_examples
+from pipeline.readers import DataError, Examples, read_examples
 from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
@@ -48,7 +48,7 @@ SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads",
 UNREAD_FIELDS = {"model": ("num_classes", "pooling", "head_shared_kernel"),
                  "data": ("label_column",),
                  "train": ("learning_rate", "token_dropout", "best_metric", "keep_best_epoch", "pretrain_epochs",
-                           "members", "refit")}
+                           "members", "refit", "validation_split")}
 # The masked-token accuracy reported at the end is measured on a fresh
 # masking of about this many training documents (all of them when fewer): a
 # random sample, as each epoch's steps are shuffled. On 27k tweets the whole
@@ -63,8 +63,11 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     configure_runtime(config, tpu)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     os.makedirs(output, exist_ok=True)
-    texts = read_examples(text_paths, config.data.text_column, None, config.data.file_format,
-                          config.data.skip_bad_rows).texts
+    if isinstance(text_paths, Examples):  # pipeline.train's training examples, its held-out ones left out
+        texts = text_paths.texts
+    else:
+        texts = read_examples(text_paths, config.data.text_column, None, config.data.file_format,
+                              config.data.skip_bad_rows).texts
     tokenizer = _vocabulary(model_dir, output, vocabulary_from, texts, config)
     config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary),
                                          "max_length": tokenizer.max_length}})
@@ -208,15 +211,16 @@ def with_pretrain_epochs(config, epochs=None):
     `train.pretrain_epochs`, so that `pipeline.pretrain` pre-trains as long as
     `pipeline.train`'s own pre-training does with the same config. A refit
     (`train.refit`) and ensemble members (`train.members`) come after the
-    pre-training and do not change it, so they are off here: such a run's
-    pre-training is a plain run's."""
+    pre-training and do not change it, so they are off here, as is the
+    held-out slice (`train.validation_split`), whose texts `pipeline.train`
+    leaves out of what it passes: such a run's pre-training is a plain run's."""
     if epochs is None:
         epochs = config.train.pretrain_epochs
         if epochs == 0:
             raise ValueError("train.pretrain_epochs is 0 (no pre-training) in this config: give --epochs")
     if epochs < 1:
         raise ValueError(f"masked-LM epochs must be 1 or more, got {epochs}")
-    return override(config, {"train": {"epochs": epochs, "refit": False, "members": 1}})
+    return override(config, {"train": {"epochs": epochs, "refit": False, "members": 1, "validation_split": 0.0}})
 
 
 def _vocabulary(model_dir, output, vocabulary_from, texts, config):

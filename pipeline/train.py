@@ -3,16 +3,20 @@
     python -m pipeline.train --train FILES --eval FILES --model-dir DIR [--tpu [NAME|local]]
 
 With no --train, it trains on the embedded demo corpus. Killed and started
-again with the same command, it resumes from its last checkpoint. It first
-pre-trains on the training texts for --pretrain-epochs masked-LM epochs (as
-pipeline.pretrain does, in DIR/pretrain) and starts from that;
---pretrain-epochs 0 trains from scratch. --members N fine-tunes N classifiers
-from that one pre-training (seeds --seed, --seed + 1, ...; members 2..N in
-DIR/members/<n>) and exports their ensemble. --refit, once the run has kept
-its best epoch on --eval, trains the classifier again from the same start on
---train and --eval together up to that epoch (in DIR/refit) and exports
-that. A finished run started again with --refit, or with another --members,
-adds the refit or the new members and exports again.
+again with the same command, it resumes from its last checkpoint. It holds
+out --validation-split of the training examples (10%, stratified) to keep
+the best epoch on, pre-trains on the other training texts for
+--pretrain-epochs masked-LM epochs (as pipeline.pretrain does, in
+DIR/pretrain; 0 trains from scratch), fine-tunes the classifier from that,
+then trains it again from the same start on all the training examples up to
+the kept epoch (the refit, in DIR/refit; --no-refit exports the kept epoch)
+and exports that. --eval only scores the exported model: it chooses nothing
+and is never trained on. With --validation-split 0, --eval chooses the epoch
+instead (give it a validation set then) and the refit trains on it too.
+--members N fine-tunes N classifiers from the one pre-training (seeds
+--seed, --seed + 1, ...; members 2..N in DIR/members/<n>) and exports their
+ensemble. A finished run started again with --refit, or with another
+--members, adds the refit or the new members and exports again.
 """
 
 import argparse
@@ -27,7 +31,7 @@ import tensorflow as tf
 
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
-from pipeline.dataset import (concatenate, learn_vocabulary, load_split, read_split, train_dataset,
+from pipeline.dataset import (concatenate, hold_out, learn_vocabulary, load_split, read_split, train_dataset,
                               usable_length_bucket)
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
@@ -53,9 +57,12 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     is a `pipeline.pretrain` run whose vocabulary, embeddings and encoder
     the classifier starts from (with `train.pretrain_epochs` 0);
     `vocabulary_from` a run whose vocabulary alone it takes (ensemble
-    members share one). With `train.pretrain_epochs`, the run pre-trains on
-    its training texts first and starts from that. Returns the final
-    evaluation report (also written to `metrics.json`).
+    members share one). With `train.holds_out`, a slice of the training
+    examples keeps the best epoch and the evaluation files score the
+    exported model; otherwise they keep the epoch. With
+    `train.pretrain_epochs`, the run pre-trains on its (kept) training texts
+    first and starts from that. Returns the final evaluation report (also
+    written to `metrics.json`).
     """
     if config.train.pretrain_epochs and init_from:
         raise ValueError(f"--init-from starts from {init_from}'s pre-training, but train.pretrain_epochs is "
@@ -65,15 +72,18 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
         raise ValueError("--init-from brings its own vocabulary; leave out --vocabulary-from")
     strategy = strategy or resolve_strategy(tpu)
     train_paths, eval_paths = data_paths(train_paths, eval_paths, output_dir(model_dir, strategy))
+    fit_data, held_out, whole = split_training_data(config, train_paths)  # Examples, or paths, None, None
     if config.train.pretrain_epochs:
-        init_from = pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, tpu, strategy)
+        init_from = pretrain_on_training_texts(config, model_dir, fit_data, vocabulary_from, tpu, strategy)
     precision = configure_runtime(config, tpu)  # after pre-training: the same seeds as with --init-from
     members_config = config
     config, names, tokenizer, train, evaluation = prepare_run(
-        config, model_dir, train_paths, eval_paths, vocabulary_from=init_from or vocabulary_from,
+        config, model_dir, fit_data, eval_paths, vocabulary_from=init_from or vocabulary_from,
         strategy=strategy)
+    validation = evaluation if held_out is None else load_split(held_out, config.data, tokenizer, names)
     filled = int((train.ids[:, -1] != 0).sum())  # truncated, or exactly max_length long
-    print(f"{len(train)} training and {len(evaluation)} evaluation examples, "
+    held = "" if held_out is None else f"{len(validation)} validation (held out of the training files) and "
+    print(f"{len(train)} training, {held}{len(evaluation)} evaluation examples, "
           f"{len(names)} classes, vocabulary of {len(tokenizer.vocabulary)}, max length "
           f"{config.model.max_length} ({filled} training examples fill it and may be truncated), "
           f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}")
@@ -81,21 +91,31 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
         model = build_model(config.model)
         if init_from:  # a resumed run's checkpoint then overrides these
             initialize_from(model, init_from, config.model, tokenizer.vocabulary)
-    report = fit_and_evaluate(model, config, strategy, train, evaluation, names, model_dir)
+    report = fit_and_evaluate(model, config, strategy, train, validation, names, model_dir)
     exported = model
-    if config.train.refit:
-        exported, report["refit"] = refit(config, model_dir, concatenate([train, evaluation]), tokenizer, tpu,
-                                          strategy, init_from)
-    models = [exported]
+    if config.train.refits:
+        everything = (concatenate([train, evaluation]) if whole is None
+                      else load_split(whole, config.data, tokenizer, names))  # in file order
+        exported, report["refit"] = refit(config, model_dir, everything, tokenizer, tpu, strategy, init_from)
+    if held_out is not None:  # the held-out examples chose the epoch; the evaluation files score what is exported
+        report = scored_on(report, [exported], evaluation, names, strategy, config.train.batch_size)
+    models, kept = [exported], [model]
     if config.train.members > 1:
-        models, report = train_members(members_config, model, exported, report, model_dir, train_paths,
-                                       eval_paths, tpu, strategy, init_from, evaluation, names)
+        models, kept, report = train_members(members_config, report, models, kept, model_dir, train_paths,
+                                             eval_paths, tpu, strategy, init_from, validation, names)
+        if held_out is not None:
+            report = scored_on(report, models, evaluation, names, strategy, config.train.batch_size)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     with atomic_write(os.path.join(output, METRICS_FILE)) as f:  # whole or absent, as a run's other files
         json.dump(report, f, indent=2, ensure_ascii=False)
+    if held_out is not None:
+        print(f"validation (the kept epoch{'s' if len(kept) > 1 else ''}, on the held-out training examples): "
+              f"accuracy {report['validation']['accuracy']:.4f}, macro-F1 {report['validation']['macro_f1']:.4f}")
+        print("On the evaluation files, the exported model"
+              f"{' (the refit, trained on all the training files)' if config.train.refits else ''}:")
     print(format_report(report))
     _print_skipped(report["skipped_rows"])
-    if config.train.refit:
+    if config.train.refits and held_out is None:
         print("These scores are of the epoch kept on the evaluation files; the refit, trained on them too, is "
               "what the export serves.")
     if export:
@@ -106,22 +126,54 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     return report
 
 
-def train_members(config, model, exported, report, model_dir, train_paths, eval_paths, tpu, strategy, init_from,
-                  evaluation, names):
-    """Members 2..N of `train.members`, after the run's own classifier (`model`,
-    its `report`, and `exported`: `model`, or with `train.refit` its refit).
+def split_training_data(config, train_paths):
+    """`(fit, held_out, whole)`: with `train.holds_out`, the `Examples` of the
+    training files that `dataset.hold_out` keeps and holds out for
+    validation, and all of them; otherwise the paths, None and None."""
+    if not config.train.holds_out:
+        return train_paths, None, None
+    whole = read_split(train_paths, config.data)
+    return (*hold_out(whole, config.train.validation_split), whole)
+
+
+def scored_on(report, models, evaluation, names, strategy, batch_size):
+    """`report`, of the kept models on the held-out validation examples, with
+    the scores of `models` (the exported ones) on `evaluation` in place of its
+    own, which move under `validation`."""
+    scores = ensemble_report(models, evaluation, names, strategy, batch_size)
+    validation = {key: report[key] for key in ("accuracy", "macro_f1", "examples")}
+    rest = {key: value for key, value in report.items() if key not in scores and key != "validation"}
+    return {**scores, **rest, "validation": validation,
+            "skipped_rows": {**report["skipped_rows"], "eval": evaluation.skipped}}
+
+
+def ensemble_report(models, split, names, strategy, batch_size):
+    """The classification report of the mean of `models`' probabilities on `split`."""
+    predictions = [Predictor(model, strategy, batch_size)(split) for model in models]
+    labels = predictions[0][1]
+    if any(not np.array_equal(other, labels) for _, other in predictions):
+        raise RuntimeError("the members' evaluation batches came in different orders")  # never expected
+    probabilities = np.mean([member_probabilities for member_probabilities, _ in predictions], axis=0)
+    return classification_report(labels, np.argmax(probabilities, axis=-1), names)
+
+
+def train_members(config, report, models, kept, model_dir, train_paths, eval_paths, tpu, strategy, init_from,
+                  validation, names):
+    """Members 2..N of `train.members`, after the run's own classifier: its
+    `report`, `models` (what it exports: its refit with `train.refit`) and
+    `kept` (the model it kept on `validation`).
 
     Each is `train_and_evaluate` in `model_dir/members/<n>` with seed
     `train.seed + n - 1`, started from the run's pre-training (`init_from`),
     or without one on the run's vocabulary: to the digit what `--init-from
     <run>/pretrain --pretrain-epochs 0 --seed <seed>` trains by hand. A
     resumed run resumes each member or finds it done.
-    Returns the models to export (with `train.refit`, each member's refit)
-    and the report of their ensemble (the mean of their probabilities) on
-    `evaluation`, scored with the models kept before any refit, with each
-    member's scores under `members`.
+    Returns the models to export (with `train.refit`, each member's refit),
+    the models kept, and the report of the kept models' ensemble (the mean of
+    their probabilities) on `validation`, with each member's scores under
+    `members`.
     """
-    held_out, models = [model], [exported]
+    models, kept = list(models), list(kept)
     scores = [_member_scores(model_dir, config.train.seed, report)]
     for member in range(2, config.train.members + 1):
         directory = os.path.join(model_dir, run_dir.MEMBERS_DIR, str(member))
@@ -132,26 +184,31 @@ def train_members(config, model, exported, report, model_dir, train_paths, eval_
                                            export=False, init_from=init_from,
                                            vocabulary_from=None if init_from else model_dir)
         scores.append(_member_scores(directory, seed, member_report))
-        held_out.append(run_dir.restore_model(directory, strategy, refit=False)[0])
-        models.append(run_dir.restore_model(directory, strategy)[0] if config.train.refit else held_out[-1])
-    predictions = [Predictor(member, strategy, config.train.batch_size)(evaluation) for member in held_out]
-    labels = predictions[0][1]
-    if any(not np.array_equal(other, labels) for _, other in predictions):
-        raise RuntimeError("the members' evaluation batches came in different orders")  # never expected
-    probabilities = np.mean([member_probabilities for member_probabilities, _ in predictions], axis=0)
-    ensemble = classification_report(labels, np.argmax(probabilities, axis=-1), names)
+        kept.append(run_dir.restore_model(directory, strategy, refit=False)[0])
+        models.append(run_dir.restore_model(directory, strategy)[0] if config.train.refits else kept[-1])
+    ensemble = ensemble_report(kept, validation, names, strategy, config.train.batch_size)
     ensemble.update(skipped_rows=report["skipped_rows"], train_loss_by_epoch=report["train_loss_by_epoch"],
                     members=scores)
     if "refit" in report:
         ensemble["refit"] = report["refit"]
-    print("\n".join(f"member {index} (seed {score['seed']}): accuracy {score['accuracy']:.4f}, "
-                    f"macro-F1 {score['macro_f1']:.4f}" for index, score in enumerate(scores, 1)))
+    print("\n".join(f"member {index} (seed {score['seed']}): {_scores_line(score)}"
+                    for index, score in enumerate(scores, 1)))
     print(f"The ensemble of {len(models)} members:")
-    return models, ensemble
+    return models, kept, ensemble
+
+
+def _scores_line(score):
+    line = f"accuracy {score['accuracy']:.4f}, macro-F1 {score['macro_f1']:.4f}"
+    if "validation" in score:
+        line += (f" (validation accuracy {score['validation']['accuracy']:.4f}, "
+                 f"macro-F1 {score['validation']['macro_f1']:.4f})")
+    return line
 
 
 def _member_scores(directory, seed, report):
     scores = {"model_dir": directory, "seed": seed, "accuracy": report["accuracy"], "macro_f1": report["macro_f1"]}
+    if "validation" in report:
+        scores["validation"] = {key: report["validation"][key] for key in ("accuracy", "macro_f1")}
     if "refit" in report:
         scores["refit_epochs"] = report["refit"]["epochs"]
     return scores
@@ -159,8 +216,8 @@ def _member_scores(directory, seed, report):
 
 def refit(config, model_dir, data, tokenizer, tpu, strategy, init_from=None):
     """`train.refit`: the run's classifier trained again on `data`, its
-    training and evaluation splits together (tokenized by the run's
-    `tokenizer`), for the epochs it kept.
+    training examples and those that kept its epoch together (tokenized by
+    the run's `tokenizer`), for the epochs it kept.
 
     From the run's start: `init_from`'s pre-training, or without one the
     initialization of the run's seed. The learning-rate schedule spans
@@ -172,7 +229,7 @@ def refit(config, model_dir, data, tokenizer, tpu, strategy, init_from=None):
     epochs = run_dir.kept_epoch(output_dir(model_dir, strategy))
     directory = os.path.join(model_dir, run_dir.REFIT_DIR)
     configure_runtime(config, tpu)  # the run's seeds again: from scratch, its initialization
-    print(f"Refit: {epochs} of {config.train.epochs} epoch(s) on {len(data)} training and evaluation "
+    print(f"Refit: {epochs} of {config.train.epochs} epoch(s) on {len(data)} training and validation "
           f"examples in {directory}")
     with strategy.scope():
         model = build_model(config.model)
@@ -301,7 +358,8 @@ def parse_args(argv=None):
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--train", help="training files: path, glob, or comma-separated list "
                         "(CSV, TSV, JSONL, TFRecord); the demo corpus if omitted")
-    parser.add_argument("--eval", help="evaluation files, as --train (required with --train)")
+    parser.add_argument("--eval", help="evaluation files, as --train (required with --train): they score the "
+                        "exported model and choose nothing (with --validation-split 0, they keep the best epoch)")
     parser.add_argument("--model-dir", required=True, help="where the run's files go (resumes if present)")
     parser.add_argument("--config", help="JSON file overriding config fields, e.g. "
                         '{"model": {"num_layers": 6}, "train": {"epochs": 5}}')
@@ -317,6 +375,7 @@ def parse_args(argv=None):
         "epochs": ("train", "epochs", int), "batch-size": ("train", "batch_size", int),
         "learning-rate": ("train", "learning_rate", float), "seed": ("train", "seed", int),
         "pretrain-epochs": ("train", "pretrain_epochs", int),
+        "validation-split": ("train", "validation_split", float),
         "members": ("train", "members", int),
         "pretrain-learning-rate": ("pretrain", "learning_rate", float),
         "steps-per-execution": ("train", "steps_per_execution", int),
@@ -325,6 +384,7 @@ def parse_args(argv=None):
     }
     notes = {"tokenizer": "wordpiece or word; ", "max-length": "0 derives it from the training data; ",
              "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
+             "validation-split": "fraction of --train held out to keep the best epoch on, 0 = keep it on --eval; ",
              "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
              "pretrain-learning-rate": "masked-LM's peak learning rate; ",
              "precision": "auto, float32 or mixed_bfloat16; "}
@@ -334,9 +394,10 @@ def parse_args(argv=None):
                             help=f"{section}.{field} ({notes.get(flag, '')}default {default})")
     parser.add_argument("--skip-bad-rows", action="store_true",
                         help="skip and count bad rows instead of stopping at the first")
-    parser.add_argument("--refit", action="store_true",
-                        help="train.refit: once the best epoch is kept on --eval, train again from the same "
-                        "start on --train and --eval together up to that epoch, and export that model")
+    parser.add_argument("--refit", action=argparse.BooleanOptionalAction,
+                        help="train.refit: once the best epoch is kept, train again from the same start on the "
+                        "training and validation examples together up to that epoch, and export that model "
+                        f"(default {Config().train.refit}; with --validation-split 0 it trains on --eval too)")
     args = parser.parse_args(argv)
     config = Config.load(args.config) if args.config else Config()
     values = {}
@@ -346,8 +407,8 @@ def parse_args(argv=None):
             values.setdefault(section, {})[field] = value
     if args.skip_bad_rows:
         values.setdefault("data", {})["skip_bad_rows"] = True
-    if args.refit:
-        values.setdefault("train", {})["refit"] = True
+    if args.refit is not None:
+        values.setdefault("train", {})["refit"] = args.refit
     return args, override(config, values, "command line")
 
 

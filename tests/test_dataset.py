@@ -1,11 +1,14 @@
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from pipeline.config import DataConfig
-from pipeline.dataset import (Split, concatenate, distribute, eval_dataset, learn_vocabulary, load_split,
+from pipeline.dataset import (Split, concatenate, distribute, eval_dataset, hold_out, learn_vocabulary, load_split,
                               train_dataset)
 from pipeline.demo_corpus import write_demo_corpus
+from pipeline.readers import Examples
 from pipeline.tokenizer import CLS_ID, UNK_ID
 
 
@@ -165,3 +168,29 @@ def test_concatenated_splits_are_the_split_of_all_their_files(tmp_path):
     assert joined.sources == whole.sources == [f"{tmp_path}/{source}" for source in ("a.csv:2", "a.csv:4",
                                                                                     "b.csv:2", "b.csv:5")]
     assert joined.skipped == whole.skipped and sum(whole.skipped.values()) == 3
+
+
+def test_held_out_slice_is_stratified_seeded_disjoint_and_keeps_every_label():
+    labels = ["a"] * 700 + ["b"] * 250 + ["c"] * 45 + ["d"] * 5 + ["e"]
+    texts = [f"text {i}" for i in range(len(labels))]
+    examples = Examples(texts, labels, [f"f.csv:{i + 2}" for i in range(len(labels))], collections.Counter(empty=3))
+    kept, held_out = hold_out(examples, 0.1)
+    # A tenth of each label (rounded), in file order, the rest kept in file order; nothing lost.
+    assert collections.Counter(held_out.labels) == {"a": 70, "b": 25, "c": 4}  # d: round(0.5) = 0; e kept
+    assert sorted(kept.sources + held_out.sources, key=lambda s: int(s.split(":")[1])) == examples.sources
+    for part in (kept, held_out):
+        assert part.sources == sorted(part.sources, key=lambda s: int(s.split(":")[1]))
+        assert [int(s.split(":")[1]) - 2 for s in part.sources] == [int(t.split()[1]) for t in part.texts]
+        assert [labels[int(t.split()[1])] for t in part.texts] == part.labels
+    assert kept.skipped == {"empty": 3} and held_out.skipped == {}  # skipped rows counted once
+    assert set(kept.labels) == set(labels)
+    # The same draw every time; another seed draws other examples of the same counts.
+    assert hold_out(examples, 0.1)[1].sources == held_out.sources
+    other = hold_out(examples, 0.1, seed=1)[1]
+    assert other.sources != held_out.sources and collections.Counter(other.labels) == collections.Counter(
+        held_out.labels)
+    # Even (nearly) all of a label leaves it one example to train on.
+    assert collections.Counter(hold_out(examples, 0.999)[0].labels) == {label: 1 for label in "abcde"}
+    with pytest.raises(ValueError, match=r"train.validation_split 0.1 of 4 training examples holds out none"):
+        hold_out(Examples(["x", "y", "z", "w"], ["a", "b", "a", "b"], ["f:1", "f:2", "f:3", "f:4"],
+                          collections.Counter()), 0.1)

@@ -24,7 +24,9 @@ TINY = {
     "model": {"max_length": 24, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
               "num_heads": 2, "intermediate_size": 64, "dropout_rate": 0.0},
     "data": {"tokenizer": "word", "min_count": 1},
-    "train": {"batch_size": 32, "epochs": 3, "learning_rate": 3e-3, "checkpoint_every": 50, "pretrain_epochs": 0},
+    # The held-out slice and the refit (on by default) are off but in the test of members' refits.
+    "train": {"batch_size": 32, "epochs": 3, "learning_rate": 3e-3, "checkpoint_every": 50, "pretrain_epochs": 0,
+              "validation_split": 0.0, "refit": False},
     "pretrain": {"max_predictions": 5, "learning_rate": 3e-3},
 }
 
@@ -243,7 +245,8 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
     unread = {"model": {"num_classes": 5, "pooling": "mean", "head_shared_kernel": False},
               "data": {"label_column": "sentiment"},
               "train": {"learning_rate": 0.5, "token_dropout": 0.3, "best_metric": "macro_f1",
-                        "keep_best_epoch": False, "pretrain_epochs": 9, "members": 4, "refit": True}}
+                        "keep_best_epoch": False, "pretrain_epochs": 9, "members": 4, "refit": True,
+                        "validation_split": 0.3}}
     assert {section: tuple(fields) for section, fields in unread.items()} == UNREAD_FIELDS
     other = str(tmp_path / "other")
     pretrain(override(saved, unread), other, os.path.join(os.path.dirname(run), "docs.txt"))
@@ -441,37 +444,54 @@ def test_sentence_order_prediction_learns_and_the_classifier_starts_from_it(tmp_
         np.testing.assert_array_equal(ours, theirs)
 
 
-def test_refit_members_start_from_the_pretraining_and_the_report_scores_the_models_kept_before(tmp_path):
+def test_members_hold_out_one_slice_refit_on_all_training_files_and_eval_scores_the_served_ensemble(tmp_path):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
 
+    from pipeline.dataset import hold_out
     from pipeline.export import latest_export
     from pipeline.labels import load_label_names
     from pipeline.model_dir import restore_model
     from pipeline.readers import read_examples
 
     corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
+    # The default held-out slice and refit.
     config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "pretrain_epochs": 1, "members": 2,
-                                                 "refit": True}})
+                                                 "validation_split": 0.1, "refit": True}})
     run = str(tmp_path / "run")
     report = train_and_evaluate(config, run, *corpus)
     member = os.path.join(run, "members", "2")
+    kept_examples, held_out = hold_out(read_examples(corpus[0]), 0.1)
     assert [m["refit_epochs"] for m in report["members"]] == [1, 1]
-    assert report["refit"]["examples"] == 320 + 64
-    # Member 2's refit is, to the digit, a run from the pre-training on the training and evaluation files.
+    assert report["refit"]["examples"] == 320 and report["validation"]["examples"] == len(held_out) > 0
+    # The pre-training read the kept training texts alone: one epoch of their batches.
+    latest = tf.train.latest_checkpoint(os.path.join(run, "pretrain", CHECKPOINT_DIR))
+    assert latest.endswith(f"ckpt-{len(kept_examples) // 32}") and len(kept_examples) // 32 != 320 // 32
+    # Member 2's refit is, to the digit, a run from the pre-training on all the training files.
     recipe = str(tmp_path / "recipe")
     train_and_evaluate(override(config, {"train": {"members": 1, "pretrain_epochs": 0, "refit": False,
-                                                   "seed": config.train.seed + 1}}),
-                       recipe, ",".join(corpus), corpus[1], export=False, init_from=os.path.join(run, "pretrain"))
+                                                   "validation_split": 0.0, "seed": config.train.seed + 1}}),
+                       recipe, *corpus, export=False, init_from=os.path.join(run, "pretrain"))
     for value, expected in zip(restore_model(member)[0].get_weights(), restore_model(recipe)[0].get_weights()):
         np.testing.assert_array_equal(value, expected)
-    # The export serves the mean of the refits; the report scores the mean of the models kept before them.
+    # The export serves the mean of the refits, which the report scores on the evaluation files; its
+    # validation scores are the mean of the models kept before them, on the held-out examples.
+    tokenizer = Tokenizer.load(run)
+    names = np.asarray(load_label_names(run))
+
+    def accuracy(models, examples):
+        ids = tokenizer(tf.constant(examples.texts))
+        predicted = names[np.argmax(np.mean([np.asarray(model(ids)) for model in models], axis=0), axis=-1)]
+        return np.mean(predicted == np.asarray(examples.labels))
+
     examples = read_examples(corpus[1])
     served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
         text=tf.constant(examples.texts))["probabilities"].numpy()
-    tokenizer = Tokenizer.load(run)
+    refits, kept = ([restore_model(d, refit=refit)[0] for d in (run, member)] for refit in (True, False))
     ids = tokenizer(tf.constant(examples.texts))
-    refits, kept = ([np.asarray(restore_model(d, refit=refit)[0](ids)) for d in (run, member)] for refit in (True, False))
-    np.testing.assert_allclose(served, np.mean(refits, axis=0), atol=1e-5)
-    names = load_label_names(run)
-    predicted = np.asarray(names)[np.argmax(np.mean(kept, axis=0), axis=-1)]
-    assert np.mean(predicted == np.asarray(examples.labels)) == pytest.approx(report["accuracy"])
+    np.testing.assert_allclose(served, np.mean([np.asarray(m(ids)) for m in refits], axis=0), atol=1e-5)
+    assert accuracy(refits, examples) == pytest.approx(report["accuracy"])
+    assert accuracy(kept, held_out) == pytest.approx(report["validation"]["accuracy"])
+    # Each member's own scores: its refit on the evaluation files, its kept model on the slice.
+    for score, refit_model, kept_model in zip(report["members"], refits, kept):
+        assert score["accuracy"] == pytest.approx(accuracy([refit_model], examples))
+        assert score["validation"]["accuracy"] == pytest.approx(accuracy([kept_model], held_out))

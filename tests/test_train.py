@@ -1,3 +1,4 @@
+import csv
 import dataclasses
 import functools
 import json
@@ -15,7 +16,7 @@ import tensorflow as tf
 from process_helper import free_ports
 
 from pipeline.config import Config
-from pipeline.dataset import Split, load_split, tokenize, train_dataset
+from pipeline.dataset import Split, hold_out, load_split, tokenize, train_dataset
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.model import build_model
 from pipeline.model_dir import REFIT_DIR, load_run, restore_model, restore_variables
@@ -29,13 +30,26 @@ TINY = {
     "model": {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
               "num_heads": 2, "intermediate_size": 64, "dropout_rate": 0.0},
     "data": {"tokenizer": "word", "min_count": 1},
-    # Pre-training (on by default) has tests of its own in test_pretrain.py.
-    "train": {"batch_size": 32, "epochs": 2, "learning_rate": 3e-3, "checkpoint_every": 10, "pretrain_epochs": 0},
+    # Pre-training (on by default) has tests of its own in test_pretrain.py; the held-out slice of the
+    # training files and the refit (on by default) theirs below (DEFAULT_SPLIT).
+    "train": {"batch_size": 32, "epochs": 2, "learning_rate": 3e-3, "checkpoint_every": 10, "pretrain_epochs": 0,
+              "validation_split": 0.0, "refit": False},
 }
+# TINY with the default validation_split and refit.
+DEFAULT_SPLIT = {**TINY, "train": {k: v for k, v in TINY["train"].items() if k not in ("validation_split", "refit")}}
 
 
 def _config(**train):
     return Config.from_dict({**TINY, "train": {**TINY["train"], **train}})
+
+
+def _default_split_config(**train):
+    return Config.from_dict({**DEFAULT_SPLIT, "train": {**DEFAULT_SPLIT["train"], **train}})
+
+
+def _held_out(corpus):
+    """`(kept, held_out)` Examples of the corpus's training file, as a run with the default split cuts it."""
+    return hold_out(read_examples(corpus[0]), Config().train.validation_split)
 
 
 @pytest.fixture(scope="module")
@@ -143,14 +157,15 @@ def _train_command(model_dir, corpus, config_path):
 @pytest.fixture(scope="module")
 def killable(tmp_path_factory, corpus):
     """`(config_path, run)`: a tiny config with dropout (resuming must restore
-    its random state too) and a run of it, with --refit, never interrupted."""
+    its random state too), the default held-out slice and refit, and a run of
+    it, never interrupted."""
     directory = tmp_path_factory.mktemp("killable")
     config_path = str(directory / "tiny.json")
     with open(config_path, "w") as f:
-        json.dump({**TINY, "model": {**TINY["model"], "dropout_rate": 0.1},
-                   "train": {**TINY["train"], "token_dropout": 0.1}}, f)
+        json.dump({**DEFAULT_SPLIT, "model": {**TINY["model"], "dropout_rate": 0.1},
+                   "train": {**DEFAULT_SPLIT["train"], "token_dropout": 0.1}}, f)
     run = str(directory / "whole")
-    uninterrupted = subprocess.run(_train_command(run, corpus, config_path) + ["--refit"], cwd=ROOT,
+    uninterrupted = subprocess.run(_train_command(run, corpus, config_path), cwd=ROOT,
                                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True, text=True,
                                    timeout=300)
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
@@ -160,9 +175,10 @@ def killable(tmp_path_factory, corpus):
 def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
     # Killed in the fine-tuning, then again in the refit, then let finish.
     config_path, whole_dir = killable
-    command = _train_command(str(tmp_path / "killed"), corpus, config_path) + ["--refit"]
+    command = _train_command(str(tmp_path / "killed"), corpus, config_path)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     killed_dir = str(tmp_path / "killed")
+    fine_tuning_steps = len(_held_out(corpus)[0]) // 32 * 2  # on the training examples not held out
     for stage in ("", REFIT_DIR):
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                    text=True)
@@ -173,37 +189,92 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
         process.send_signal(signal.SIGKILL)
         output = process.communicate()[0]
         if stage:  # resumed in the fine-tuning's last checkpoint, past its kill
-            assert re.search(r"Resuming from the checkpoint at step \d+ of 40\.", output), output[-3000:]
+            assert re.search(rf"Resuming from the checkpoint at step \d+ of {fine_tuning_steps}\.", output), \
+                output[-3000:]
         assert not os.path.exists(os.path.join(killed_dir, "metrics.json"))
 
     resumed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resuming from the checkpoint at step 40 of 40." in resumed.stdout  # found done
-    refit_steps = (640 + 200) // 32 * 2  # the refit trains on the evaluation examples too
+    assert f"Resuming from the checkpoint at step {fine_tuning_steps} of {fine_tuning_steps}." in resumed.stdout
+    refit_steps = 640 // 32 * 2  # the refit trains on all the training examples
     assert re.search(rf"Resuming from the checkpoint at step \d+ of {refit_steps}\.", resumed.stdout)
     metrics = [json.load(open(os.path.join(d, "metrics.json"))) for d in (killed_dir, whole_dir)]
     # Every epoch's loss is kept; the one a kill cut averages the steps after the resume.
     losses = [(report.pop("train_loss_by_epoch"), report["refit"].pop("train_loss_by_epoch")) for report in metrics]
     assert metrics[0] == metrics[1]
-    for killed, whole in zip(*losses):  # the fine-tuning's, then the refit's
-        assert killed.keys() == whole.keys() == {"1", "2"}
+    for killed, whole in zip(*losses):  # the fine-tuning's (2 epochs), then the refit's (as many as kept)
+        assert killed.keys() == whole.keys() and "1" in whole and len(losses[0][0]) == 2
         assert killed["1"] != whole["1"]
-        assert killed["2"] == whole["2"]
+        assert all(killed[epoch] == whole[epoch] for epoch in whole if epoch != "1")
     # The refit, what the export serves, is the uninterrupted run's to the digit.
     for resumed_weights, whole_weights in zip(*(restore_model(d)[0].get_weights() for d in (killed_dir, whole_dir))):
         np.testing.assert_array_equal(resumed_weights, whole_weights)
     assert os.path.isdir(os.path.join(killed_dir, "export", "1"))
 
 
-def test_refit_trains_again_on_train_and_eval_up_to_the_kept_epoch_and_is_exported(tmp_path, corpus):
+def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trains_on_all_and_eval_only_scores(
+        tmp_path, corpus):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
 
     from pipeline.export import latest_export
 
-    config = _config(refit=True, keep_best_epoch=False)  # keeps the last epoch: 2
     run = str(tmp_path / "run")
-    # A finished run is refit by starting it again with the refit on.
-    train_and_evaluate(_config(keep_best_epoch=False), run, *corpus, export=False)
+    report = train_and_evaluate(_default_split_config(), run, *corpus)
+    kept_examples, held_out = _held_out(corpus)
+    assert len(held_out) == 64 and len(kept_examples) == 640 - 64
+    assert report["validation"]["examples"] == 64 and report["examples"] == 200
+    assert report["refit"]["examples"] == 640
+    _, tokenizer, names = load_run(run)
+    held_out_model, refit = restore_model(run, refit=False)[0], restore_model(run)[0]
+
+    def accuracy(model, examples):
+        predicted = np.asarray(names)[np.argmax(model(tokenize(tokenizer, examples.texts)), axis=-1)]
+        return np.mean(predicted == np.asarray(examples.labels))
+
+    # The held-out examples kept the epoch and give the validation scores; the evaluation
+    # files score the export, the refit.
+    with open(os.path.join(run, "best_epoch.json")) as f:
+        assert json.load(f)["score"] == pytest.approx(accuracy(held_out_model, held_out))
+    assert report["validation"]["accuracy"] == pytest.approx(accuracy(held_out_model, held_out))
+    examples = read_examples(corpus[1])
+    assert report["accuracy"] == pytest.approx(accuracy(refit, examples))
+    served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
+        text=tf.constant(examples.texts))["probabilities"].numpy()
+    np.testing.assert_allclose(served, refit(tokenize(tokenizer, examples.texts)), atol=1e-5)
+    # The evaluation files choose nothing and are never trained on: with their labels
+    # scrambled, the same models, other scores.
+    scrambled = str(tmp_path / "scrambled.csv")
+    with open(scrambled, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows(zip(examples.texts, examples.labels[1:] + examples.labels[:1]))
+    other = str(tmp_path / "other")
+    other_report = train_and_evaluate(_default_split_config(), other, corpus[0], scrambled, export=False)
+    for refit_flag in (False, True):
+        for ours, theirs in zip(restore_model(run, refit=refit_flag)[0].get_weights(),
+                                restore_model(other, refit=refit_flag)[0].get_weights()):
+            np.testing.assert_array_equal(ours, theirs)
+    assert other_report["validation"] == report["validation"] and other_report["accuracy"] != report["accuracy"]
+    # The refit is a run on the training files in their order with the run's vocabulary, up to the kept epoch.
+    recipe = train_and_evaluate(_config(keep_best_epoch=False), str(tmp_path / "recipe"), *corpus, export=False,
+                                vocabulary_from=run)
+    kept_epochs = report["refit"]["epochs"]
+    assert report["refit"]["train_loss_by_epoch"] == {
+        epoch: loss for epoch, loss in recipe["train_loss_by_epoch"].items() if epoch <= kept_epochs}
+
+
+def test_refit_without_a_held_out_slice_trains_again_on_train_and_eval_up_to_the_kept_epoch(tmp_path, corpus):
+    import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
+
+    from pipeline.export import latest_export
+
+    run = str(tmp_path / "run")
+    first = train_and_evaluate(_config(), run, *corpus, export=False)
+    # A finished run is refit by starting it again with the refit on; had it kept its last epoch, the refit
+    # trains both.
+    with open(os.path.join(run, "best_epoch.json"), "w") as f:
+        json.dump({"epoch": 2, "score": first["accuracy"]}, f)
+    config = _config(refit=True)
     report = train_and_evaluate(config, run, *corpus)
     assert load_run(run)[0].train.refit
     assert {key: report["refit"][key] for key in ("epochs", "examples")} == {"epochs": 2, "examples": 840}
@@ -214,6 +285,7 @@ def test_refit_trains_again_on_train_and_eval_up_to_the_kept_epoch_and_is_export
     ids = tokenize(tokenizer, examples.texts)
     predicted = np.asarray(names)[np.argmax(held_out(ids), axis=-1)]
     assert np.mean(predicted == np.asarray(examples.labels)) == pytest.approx(report["accuracy"])
+    assert "validation" not in report
     # The refit is, to the digit, a run on the training and evaluation files with the run's vocabulary.
     recipe = train_and_evaluate(_config(keep_best_epoch=False), str(tmp_path / "recipe"), ",".join(corpus),
                                 corpus[1], export=False, vocabulary_from=run)
@@ -276,9 +348,8 @@ def _finish(workers, timeout=300):
 
 def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(tmp_path, corpus):
     config_path = str(tmp_path / "tiny.json")
-    with open(config_path, "w") as f:  # a refit after the run: both workers read the epoch it kept
-        json.dump({**TINY, "model": {**TINY["model"], "dropout_rate": 0.1}, "train": {**TINY["train"], "refit": True}},
-                  f)
+    with open(config_path, "w") as f:  # the default slice and refit: both workers hold out the same examples
+        json.dump({**DEFAULT_SPLIT, "model": {**TINY["model"], "dropout_rate": 0.1}}, f)
     whole_dir, killed_dir = str(tmp_path / "whole"), str(tmp_path / "killed")
     outputs = _finish(_start_workers(whole_dir, corpus, config_path))
     assert "2 replica(s) of CollectiveAllReduceStrategy" in outputs[0]  # MultiWorkerMirroredStrategy
@@ -294,7 +365,7 @@ def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(t
          "labels.json", "logs", "metrics.json", "refit", "tokenizer.json", "vocab.txt"])
     assert sorted(os.listdir(os.path.join(whole_dir, "refit"))) == [
         "best.weights.h5", "checkpoints", "epoch_losses.json", "logs"]
-    assert whole["refit"]["examples"] == 640 + 200
+    assert whole["refit"]["examples"] == 640 and whole["validation"]["examples"] == len(_held_out(corpus)[1])
     assert os.listdir(os.path.join(whole_dir, "export")) == ["1"]
 
     workers = _start_workers(killed_dir, corpus, config_path)
@@ -333,6 +404,9 @@ def test_missing_eval_files_and_negative_pretraining_fail_before_any_work(tmp_pa
     # From the command line too, as a message, not a traceback.
     with pytest.raises(SystemExit, match="error: train.members must be 1 or more, got 0"):
         train_main(["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1], "--members", "0"])
+    with pytest.raises(SystemExit, match=r"error: train.validation_split must be at least 0 and under 1, got 1.0"):
+        train_main(["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1],
+                    "--validation-split", "1"])
     assert not os.path.exists(tmp_path / "run")
 
 
@@ -340,7 +414,8 @@ def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, 
     model_dir = str(tmp_path / "old")
     # What runs from before these fields did.
     older = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-             "train": {"length_bucket": 0, "token_dropout": 0.0, "pretrain_epochs": 0, "refit": False},
+             "train": {"length_bucket": 0, "token_dropout": 0.0, "pretrain_epochs": 0, "refit": False,
+                       "validation_split": 0.0},
              # Masked-LM training took the classifier's rate (TINY's, not the default).
              "pretrain": {"learning_rate": TINY["train"]["learning_rate"]}}
     config = Config.from_dict({**TINY, "model": {**TINY["model"], **older["model"]},

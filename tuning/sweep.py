@@ -4,7 +4,11 @@
         --tuner {random,hyperband,bayesian} [--max-trials N] \\
         [--objective val_accuracy|val_macro_f1] [--space FILE|JSON] [--tpu [NAME|local]] [--export-best]
 
-Started again with the same command, a sweep continues where it stopped:
+Trials keep their best epoch on, and are scored on, --eval: give it a
+validation set, not the test split (train.validation_split and train.refit
+are pipeline.train's, off in trials; train the best trial's settings with
+pipeline.train, which holds out its slice and refits, and score that on the
+test split). Started again with the same command, a sweep continues where it stopped:
 completed trials are kept, an interrupted one resumes from its checkpoint.
 For a distributed sweep, start one chief and any number of workers with the
 same command and KERASTUNER_TUNER_ID (chief: "chief"), KERASTUNER_ORACLE_IP
@@ -35,9 +39,10 @@ def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", m
     if config.train.members > 1:
         raise ValueError(f"train.members is {config.train.members}: sweeps compare single models; train the "
                          "best trial's settings with pipeline.train --members")
-    if config.train.refit:
-        raise ValueError("train.refit is true: sweeps score each trial on the evaluation files it would then "
-                         "train on; train the best trial's settings with pipeline.train --refit")
+    # Trials are scored on --eval, the sweep's validation set: no slice of the
+    # training files is held out and nothing is refit (pipeline.train does both
+    # with the best trial's settings).
+    config = override(config, {"train": {"validation_split": 0.0, "refit": False}}, "the sweep")
     strategy = resolve_strategy(tpu)
     configure_runtime(config, tpu)
     tuner_id = os.environ.get("KERASTUNER_TUNER_ID")
