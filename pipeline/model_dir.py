@@ -66,18 +66,29 @@ def check_or_save_config(model_dir, config):
     """
     path = os.path.join(model_dir, CONFIG_FILE)
     if os.path.exists(path):
-        saved = load_config(model_dir).to_dict()
-        current = config.to_dict()
-        changed = [f"{section}.{key}: {saved[section][key]!r} -> {value!r}"
-                   for section, values in current.items()
-                   for key, value in values.items()
-                   if saved[section][key] != value and key not in CHANGEABLE_ON_RESUME.get(section, ())]
-        if changed:
-            raise ValueError(f"{model_dir} holds a run with other settings ({'; '.join(changed)}); "
-                             "use a new --model-dir, or the same settings to resume")
-        if saved == current:
+        saved = check_resumable(model_dir, config)
+        if saved == config.to_dict():
             return
     config.save(path)
+
+
+def check_resumable(model_dir, config, skip=None):
+    """Raises, naming the fields, if `model_dir` holds a run saved with other
+    settings than `config` (`CHANGEABLE_ON_RESUME` and `skip`, a dict of
+    section to fields, excepted). Returns the saved settings as a dict, or
+    None where no run was saved."""
+    if not os.path.exists(os.path.join(model_dir, CONFIG_FILE)):
+        return None
+    saved = load_config(model_dir).to_dict()
+    changed = [f"{section}.{key}: {saved[section][key]!r} -> {value!r}"
+               for section, values in config.to_dict().items()
+               for key, value in values.items()
+               if saved[section][key] != value and key not in CHANGEABLE_ON_RESUME.get(section, ())
+               and key not in (skip or {}).get(section, ())]
+    if changed:
+        raise ValueError(f"{model_dir} holds a run with other settings ({'; '.join(changed)}); "
+                         "use a new --model-dir, or the same settings to resume")
+    return saved
 
 
 def save_vocabulary(model_dir, tokenizer, label_names):

@@ -46,6 +46,8 @@ from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, Predictor, Trainer, TrainingError, build_optimizer
 
 METRICS_FILE = "metrics.json"
+# Fields `prepare_run` fills in from the data and the vocabulary.
+DERIVED_FIELDS = {"model": ("vocabulary_size", "num_classes", "max_length")}
 PRETRAIN_DIR = "pretrain"  # a run's own pre-training, with train.pretrain_epochs
 
 
@@ -71,6 +73,8 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     if init_from and vocabulary_from:
         raise ValueError("--init-from brings its own vocabulary; leave out --vocabulary-from")
     strategy = strategy or resolve_strategy(tpu)
+    # Refused before any work (the pre-training, the held-out draw) rather than once the data is read.
+    run_dir.check_resumable(output_dir(model_dir, strategy), config, skip=DERIVED_FIELDS)
     train_paths, eval_paths = data_paths(train_paths, eval_paths, output_dir(model_dir, strategy))
     fit_data, held_out, whole = split_training_data(config, train_paths)  # Examples, or paths, None, None
     if config.train.pretrain_epochs:

@@ -437,3 +437,8 @@ def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, 
     np.testing.assert_array_equal(_probabilities(model_dir), before)
     with pytest.raises(ValueError, match=r"model.embedding_unit_scale: False -> True"):
         train_and_evaluate(_config(epochs=2), model_dir, *corpus, export=False)
+    # Today's default, a held-out slice, is refused before any work: no pre-training begun, no draw.
+    with pytest.raises(ValueError, match=r"train.validation_split: 0.0 -> 0.1"):
+        train_and_evaluate(Config.from_dict({**DEFAULT_SPLIT, "train": {**DEFAULT_SPLIT["train"], "pretrain_epochs": 1}}),
+                           model_dir, *corpus, export=False)
+    assert not os.path.exists(os.path.join(model_dir, "pretrain"))
