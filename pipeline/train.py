@@ -270,8 +270,9 @@ def pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, 
 
 
 def prepare_run(config, model_dir, train_paths, eval_paths, vocabulary_from=None, strategy=None):
-    """Reads the data (files as `data_paths` gives them), learns (or reloads)
-    the vocabulary and fixes the config.
+    """Reads the data (files as `data_paths` gives them, or the training
+    `Examples` `split_training_data` keeps), learns (or reloads) the
+    vocabulary and fixes the config.
 
     With `vocabulary_from` (a run directory), its vocabulary is used instead
     of learning one; the labels still come from the training data. A

@@ -119,7 +119,8 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--train", help="training files, as pipeline.train (demo corpus if omitted)")
-    parser.add_argument("--eval", help="evaluation files (required with --train)")
+    parser.add_argument("--eval", help="validation files that keep each trial's epoch and score it (required "
+                        "with --train; not the test split)")
     parser.add_argument("--directory", required=True, help="sweep directory: trials, results, export")
     parser.add_argument("--tuner", choices=["random", "hyperband", "bayesian"], default="random")
     parser.add_argument("--max-trials", type=int, default=10, help="trials (random, bayesian)")
