@@ -57,8 +57,6 @@ def in_batches(texts, function):
 
 def read_split(paths, data_config):
     """The validated examples of `paths` (see `readers.read_examples`)."""
-    if isinstance(paths, Examples):
-        return paths
     return read_examples(paths, data_config.text_column, data_config.label_column,
                          data_config.file_format, data_config.skip_bad_rows)
 

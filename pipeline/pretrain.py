@@ -29,7 +29,7 @@ from pipeline.dataset import learn_tokenizer, usable_length_bucket
 from pipeline.files import atomic_write
 from pipeline.masking import masked_lm_dataset, word_ids_of
 from pipeline.model import build_pretraining_model
-from pipeline.readers import DataError, Examples, read_examples
+from pipeline.readers import DataError, read_examples
 from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
@@ -63,11 +63,8 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     configure_runtime(config, tpu)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     os.makedirs(output, exist_ok=True)
-    if isinstance(text_paths, Examples):  # pipeline.train's training examples, its held-out ones left out
-        texts = text_paths.texts
-    else:
-        texts = read_examples(text_paths, config.data.text_column, None, config.data.file_format,
-                              config.data.skip_bad_rows).texts
+    texts = read_examples(text_paths, config.data.text_column, None, config.data.file_format,
+                          config.data.skip_bad_rows).texts
     tokenizer = _vocabulary(model_dir, output, vocabulary_from, texts, config)
     config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary),
                                          "max_length": tokenizer.max_length}})

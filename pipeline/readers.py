@@ -69,6 +69,8 @@ def read_examples(paths, text_column="text", label_column="label",
 
     With `label_column=None` labels are not read (pre-training text); plain
     text files (`.txt`, one document per non-empty line) are read only so.
+    `Examples` (read already, e.g. the training examples `pipeline.train`
+    keeps after holding out its validation slice) are returned as they are.
 
     Returns:
         `Examples`; `skipped` counts the rows left out by reason (always empty
@@ -77,6 +79,8 @@ def read_examples(paths, text_column="text", label_column="label",
         DataError: on a missing or empty file, or on a bad row unless
             `skip_bad_rows`.
     """
+    if isinstance(paths, Examples):
+        return paths
     examples = Examples([], [], [], collections.Counter())
     for path in expand_paths(paths):
         rows = _ROW_READERS[file_format(path, requested_format)](path, text_column, label_column)

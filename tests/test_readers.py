@@ -38,6 +38,7 @@ def test_every_format_reads_the_same_examples(tmp_path):
         examples = read_examples(path)
         assert examples.texts == [t for t, _ in rows], path
         assert examples.labels == ["pos", "neg"], path
+        assert read_examples(examples) is examples  # read already: returned as it is
 
 
 def test_globs_lists_custom_columns_and_integer_labels(tmp_path):
