@@ -62,9 +62,11 @@ def timed_steps(trainer, iterator, steps, warmup_steps):
     return time.perf_counter() - start
 
 
-def steps_per_second(model, features, labels, batch_size, steps, warmup_steps=3):
-    """Steady-state training steps/s of `model` in the project's training loop."""
-    config = TrainConfig(batch_size=batch_size)
+def steps_per_second(model, features, labels, batch_size, steps, warmup_steps=3, weight_averaging=0.0):
+    """Steady-state training steps/s of `model` in the project's training loop
+    (without the moving average of the weights unless `weight_averaging`
+    says: the model's own rate, as keras-hub's is measured)."""
+    config = TrainConfig(batch_size=batch_size, weight_averaging=weight_averaging)
     with tempfile.TemporaryDirectory() as directory:
         trainer = Trainer(model, build_optimizer(config, 10_000), tf.distribute.get_strategy(), config, directory)
         iterator = iter(tf.data.Dataset.from_tensors((features, labels)).repeat())

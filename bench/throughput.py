@@ -7,7 +7,7 @@
 Both models have the same dimensions (V 8000, E 128, H 256, 4 layers, 4 heads,
 feed-forward 1024, one shared group, max length 128, batch 32) and train in
 the same loop (this project's Trainer: AdamW, clipping, one step per call
-amortized over `--steps`), alternating A/B for `--rounds` rounds in float32
+amortized over `--steps`; no weight averaging, see bench/weight_averaging.py), alternating A/B for `--rounds` rounds in float32
 and in mixed_bfloat16. Prints tokens/s (median of rounds), the ratio,
 model-FLOP utilization against a 2048^3 matmul measured in this run, the
 ratio of each round, and real (non-padding) tokens/s on the demo corpus.

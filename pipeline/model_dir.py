@@ -47,7 +47,7 @@ CHANGEABLE_ON_RESUME = {"train": {"refit", "members"}}
 # A function of the saved values gives a value that depended on other fields.
 FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
                         "train": {"length_bucket": 0, "pretrain_epochs": 0, "members": 1, "refit": False,
-                                  "validation_split": 0.0},
+                                  "validation_split": 0.0, "weight_averaging": 0.0},
                         # Masked-LM training used the classifier's rate.
                         "pretrain": {"learning_rate": lambda saved: saved["train"]["learning_rate"]}}
 
@@ -114,11 +114,18 @@ def member_dirs(model_dir):
     return [model_dir] + [os.path.join(model_dir, MEMBERS_DIR, str(n)) for n in range(2, members + 1)]
 
 
-def restore_variables(model, checkpoint_path):
-    """Loads `model`'s variables from a training checkpoint, all or none."""
+def restore_variables(model, checkpoint_path, averaged=False):
+    """Loads `model`'s variables from a training checkpoint, all or none;
+    `averaged`: its trainable ones from the moving averages the checkpoint
+    holds (`train.weight_averaging`), what the run scores and keeps."""
     status = tf.train.Checkpoint(model=model_variables(model)).restore(checkpoint_path)
     status.expect_partial()  # the optimizer's state is not wanted here
     status.assert_existing_objects_matched()
+    if averaged:
+        averages = {f"average_{index}": variable for index, variable in enumerate(model.trainable_variables)}
+        status = tf.train.Checkpoint(averages=averages).restore(checkpoint_path)
+        status.expect_partial()
+        status.assert_existing_objects_matched()
 
 
 def kept_epoch(model_dir):
@@ -155,5 +162,5 @@ def restore_model(model_dir, strategy=None, refit=True):
         latest = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR))
         if latest is None:
             raise ValueError(f"{model_dir}: no best weights and no checkpoint to restore")
-        restore_variables(model, latest)
+        restore_variables(model, latest, averaged=bool(config.train.weight_averaging))
     return model, tokenizer, names

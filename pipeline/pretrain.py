@@ -48,7 +48,7 @@ SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads",
 UNREAD_FIELDS = {"model": ("num_classes", "pooling", "head_shared_kernel"),
                  "data": ("label_column",),
                  "train": ("learning_rate", "token_dropout", "best_metric", "keep_best_epoch", "pretrain_epochs",
-                           "members", "refit", "validation_split")}
+                           "members", "refit", "validation_split", "weight_averaging")}
 # The masked-token accuracy reported at the end is measured on a fresh
 # masking of about this many training documents (all of them when fewer): a
 # random sample, as each epoch's steps are shuffled. On 27k tweets the whole
@@ -78,7 +78,8 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         finish_run(model_dir, strategy)
         return report
     steps = len(texts) // config.train.batch_size * config.train.epochs
-    train_config = dataclasses.replace(config.train, learning_rate=config.pretrain.learning_rate)
+    train_config = dataclasses.replace(config.train, learning_rate=config.pretrain.learning_rate,
+                                       weight_averaging=0.0)  # the classifier's
     with strategy.scope():
         model = build_pretraining_model(config.model, config.pretrain.sentence_order)
         trainer = Trainer(model, build_optimizer(train_config, steps), strategy, train_config, model_dir,
@@ -210,14 +211,16 @@ def with_pretrain_epochs(config, epochs=None):
     (`train.refit`) and ensemble members (`train.members`) come after the
     pre-training and do not change it, so they are off here, as is the
     held-out slice (`train.validation_split`), whose texts `pipeline.train`
-    leaves out of what it passes: such a run's pre-training is a plain run's."""
+    leaves out of what it passes, and the classifier's weight averaging
+    (`train.weight_averaging`): such a run's pre-training is a plain run's."""
     if epochs is None:
         epochs = config.train.pretrain_epochs
         if epochs == 0:
             raise ValueError("train.pretrain_epochs is 0 (no pre-training) in this config: give --epochs")
     if epochs < 1:
         raise ValueError(f"masked-LM epochs must be 1 or more, got {epochs}")
-    return override(config, {"train": {"epochs": epochs, "refit": False, "members": 1, "validation_split": 0.0}})
+    return override(config, {"train": {"epochs": epochs, "refit": False, "members": 1, "validation_split": 0.0,
+                                       "weight_averaging": 0.0}})
 
 
 def _vocabulary(model_dir, output, vocabulary_from, texts, config):

@@ -132,8 +132,15 @@ class Trainer:
         self.best_score = tf.Variable(-math.inf, dtype=tf.float64, trainable=False, name="best_score")
         self.optimizer.build(model.trainable_variables)  # so a restore fills its slots
         self._restored = False
+        # The moving averages of the trainable weights (train.weight_averaging),
+        # what every epoch is scored and kept with.
+        self.averages = [tf.Variable(variable.value, trainable=False, name=f"average_{index}")
+                         for index, variable in enumerate(model.trainable_variables)
+                         ] if train_config.weight_averaging else []
         checkpoint = tf.train.Checkpoint(model=model_variables(model), optimizer=optimizer,
-                                         step=self.step, best_score=self.best_score)
+                                         step=self.step, best_score=self.best_score,
+                                         averages={f"average_{index}": average
+                                                   for index, average in enumerate(self.averages)})
         self.manager = tf.train.CheckpointManager(
             checkpoint, os.path.join(self.output_dir, CHECKPOINT_DIR), max_to_keep=2)
 
@@ -188,8 +195,30 @@ class Trainer:
         gradients, _ = tf.clip_by_global_norm(gradients, self.config.clip_norm)
         replicas = tf.cast(context.num_replicas_in_sync, gradients[0].dtype)
         self.optimizer.apply_gradients(zip([g / replicas for g in gradients], variables))
+        if self.averages:
+            context.merge_call(self._update_averages)
         self.loss.update_state(per_example)
         self.accuracy.update_state(labels, probabilities, sample_weight=weights)
+
+    def _update_averages(self, strategy):
+        # As tf.train.ExponentialMovingAverage with num_updates: the decay
+        # starts low, so the first steps' weights (a head just initialized)
+        # fade from the averages quickly.
+        updates = tf.cast(self.optimizer.iterations, tf.float32)
+        decay = tf.minimum(self.config.weight_averaging, (1.0 + updates) / (10.0 + updates))
+
+        def update(average, variable):
+            return average.assign(decay * average + (1.0 - decay) * variable)
+
+        for average, variable in zip(self.averages, self.model.trainable_variables):
+            strategy.extended.update(average, update, args=(variable.value,), group=False)
+
+    def _swap_averages(self):
+        # The model's trainable weights and their averages trade places.
+        for average, variable in zip(self.averages, self.model.trainable_variables):
+            weights = tf.identity(variable.value)
+            variable.assign(average)
+            average.assign(weights)
 
     def predict(self, split):
         """`(probabilities, labels)` of every example of `split`; see `Predictor`."""
@@ -204,7 +233,9 @@ class Trainer:
         the validation score; the weights with the best score so far (the
         latest ones without `keep_best_epoch`) are saved to
         `best.weights.h5` in `output_dir` and their epoch (counted from 1)
-        and score to `best_epoch.json`. Returns the mean training loss of
+        and score to `best_epoch.json`. With `weight_averaging`, the model
+        holds the moving averages of its weights while it is scored and
+        saved, and once training ends; it trains on its own. Returns the mean training loss of
         every epoch, by epoch number: those finished before a resume are read
         back from `epoch_losses.json` (a run found finished returns them all);
         an epoch resumed in its middle averages the steps after the resume.
@@ -247,13 +278,16 @@ class Trainer:
             epoch_losses[epoch + 1] = float(self.loss.result())
             with atomic_write(os.path.join(self.output_dir, EPOCH_LOSSES)) as f:
                 json.dump(epoch_losses, f)
+            self._swap_averages()  # scored and kept: the averages
             score = on_epoch_end(epoch) if on_epoch_end else None
             if score is not None and (score > self.best_score.numpy() or not self.config.keep_best_epoch):
                 self.best_score.assign(score)
                 self.model.save_weights(os.path.join(self.output_dir, BEST_WEIGHTS))
                 with atomic_write(os.path.join(self.output_dir, BEST_EPOCH)) as f:
                     json.dump({"epoch": epoch + 1, "score": float(score)}, f)
+            self._swap_averages()
             self.manager.save(checkpoint_number=step)
+        self._swap_averages()  # the model ends holding what it would keep
         return epoch_losses
 
     def _finished_epoch_losses(self, finished):

@@ -246,7 +246,7 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
               "data": {"label_column": "sentiment"},
               "train": {"learning_rate": 0.5, "token_dropout": 0.3, "best_metric": "macro_f1",
                         "keep_best_epoch": False, "pretrain_epochs": 9, "members": 4, "refit": True,
-                        "validation_split": 0.3}}
+                        "validation_split": 0.3, "weight_averaging": 0.5}}
     assert {section: tuple(fields) for section, fields in unread.items()} == UNREAD_FIELDS
     other = str(tmp_path / "other")
     pretrain(override(saved, unread), other, os.path.join(os.path.dirname(run), "docs.txt"))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -116,6 +117,50 @@ def test_kept_weights_are_the_best_epochs_or_the_last(tmp_path, keep_best_epoch)
     assert not np.array_equal(weights[1][0], weights[2][0])
     for value, expected in zip(model.get_weights(), kept):
         np.testing.assert_array_equal(value, expected)
+
+
+def test_weight_averaging_scores_and_keeps_the_moving_average_of_the_trained_weights(tmp_path):
+    # One step an epoch, so every step's weights are scored: without
+    # averaging, the trained weights; with it, their moving average, while
+    # training itself goes on unchanged.
+    decay = 0.8
+    split = _random_split(32)
+    trajectories = {}
+    for averaging in (0.0, decay):
+        config = _config(weight_averaging=averaging)  # TINY: no dropout
+        keras.utils.set_random_seed(0)  # the same initial weights
+        model = build_model(dataclasses.replace(config.model, vocabulary_size=30, num_classes=3))
+        trainer = Trainer(model, build_optimizer(config.train, 8), tf.distribute.get_strategy(), config.train,
+                          str(tmp_path / str(averaging)))
+        weights = [[w.numpy() for w in model.trainable_variables]]
+        scores = iter([0.1, 0.2, 0.9, 0.3, 0.4, 0.5, 0.6, 0.7])  # the third step scores best
+
+        def on_epoch_end(epoch):
+            weights.append([w.numpy() for w in model.trainable_variables])
+            return next(scores)
+
+        trainer.fit(functools.partial(train_dataset, split, 32, 0), len(split), 8, on_epoch_end)
+        trajectories[averaging] = weights
+        last = [w.numpy() for w in model.trainable_variables]
+        model.load_weights(str(tmp_path / str(averaging) / "best.weights.h5"))
+        kept = [w.numpy() for w in model.trainable_variables]
+    checkpoint = tf.train.latest_checkpoint(str(tmp_path / str(decay) / CHECKPOINT_DIR))
+    restored = {}
+    for averaged in (False, True):  # what restore_model falls back on before an epoch has finished
+        restore_variables(model, checkpoint, averaged=averaged)
+        restored[averaged] = [w.numpy() for w in model.trainable_variables]
+    trained, averaged = trajectories[0.0], trajectories[decay]
+    expected = trained[0]
+    for step in range(1, 9):  # as tf.train.ExponentialMovingAverage(decay, num_updates=step)
+        rate = min(decay, (1 + step) / (10 + step))
+        expected = [rate * a + (1 - rate) * w for a, w in zip(expected, trained[step])]
+        for value, wanted in zip(averaged[step], expected):
+            np.testing.assert_allclose(value, wanted, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(averaged[8][0], trained[8][0])
+    for value, wanted in zip(kept + last + restored[True], averaged[3] + averaged[8] + averaged[8]):
+        np.testing.assert_array_equal(value, wanted)  # kept: the best step's average; left: the last's
+    for value, wanted in zip(restored[False], trained[8]):
+        np.testing.assert_allclose(value, wanted, rtol=1e-6)
 
 
 def test_same_seed_gives_identical_metrics(tmp_path, corpus):
@@ -415,7 +460,7 @@ def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, 
     # What runs from before these fields did.
     older = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
              "train": {"length_bucket": 0, "token_dropout": 0.0, "pretrain_epochs": 0, "refit": False,
-                       "validation_split": 0.0},
+                       "validation_split": 0.0, "weight_averaging": 0.0},
              # Masked-LM training took the classifier's rate (TINY's, not the default).
              "pretrain": {"learning_rate": TINY["train"]["learning_rate"]}}
     config = Config.from_dict({**TINY, "model": {**TINY["model"], **older["model"]},
