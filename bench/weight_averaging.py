@@ -1,0 +1,79 @@
+"""Classification step time with and without `train.weight_averaging`, on the tweets of bench/accuracy.py.
+
+    .venv/bin/pip install -e ".[bench]"
+    .venv/bin/python bench/weight_averaging.py [--rounds 10] [--steps 100]
+
+The moving average of the weights is updated after every step: a read of
+every trainable weight and of its average, and a write of the average. This
+trains the default classifier (vocabulary learned from the 90% fit slice, as
+bench/length_bucket.py does) on the same batches with the default decay and
+with 0 (off), alternated A/B for `--rounds` rounds, and prints the median
+milliseconds per step of each and their ratio.
+"""
+
+import argparse
+import dataclasses
+import os
+import tempfile
+
+from common import timed_steps, write_results  # sets up the path and TF's logging
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from accuracy import fetch_corpus, validation_split  # noqa: E402
+from pipeline.config import Config, override  # noqa: E402
+from pipeline.dataset import learn_vocabulary, load_split, train_dataset  # noqa: E402
+from pipeline.model import build_model  # noqa: E402
+from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", default=os.path.join("bench", "cache"), help="where the corpus is fetched to")
+    parser.add_argument("--rounds", type=int, default=10, help="A/B rounds; each arm's median is reported")
+    parser.add_argument("--steps", type=int, default=100, help="timed training steps per arm and round")
+    parser.add_argument("--out", default=os.path.join("bench", "results", "weight_averaging.json"),
+                        help="JSON of the medians and each round's times")
+    args = parser.parse_args()
+    config = Config()
+    fit_path, _ = validation_split(fetch_corpus(args.cache)[0], args.cache)
+    names, tokenizer = learn_vocabulary(fit_path, config.data, config.model.max_length)
+    split = load_split(fit_path, config.data, tokenizer, names)
+    config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary), "num_classes": len(names),
+                                         "max_length": tokenizer.max_length}})
+    arms = {"off": 0.0, "default": config.train.weight_averaging}
+    times = {name: [] for name in arms}
+    with tempfile.TemporaryDirectory() as directory:
+        trainers = {}
+        for name, decay in arms.items():
+            train_config = dataclasses.replace(config.train, weight_averaging=decay)
+            trainers[name] = Trainer(build_model(config.model), build_optimizer(train_config, 10_000),
+                                     tf.distribute.get_strategy(), train_config, os.path.join(directory, name))
+
+        def seconds(name, epoch, steps):
+            # The same batches for both arms of a round (one epoch's shuffle).
+            iterator = iter(train_dataset(split, config.train.batch_size, config.train.seed, epoch=epoch,
+                                          length_bucket=config.train.length_bucket))
+            return timed_steps(trainers[name], iterator, steps, warmup_steps=1)
+
+        for name in arms:  # tracing and the first steps of most shapes
+            seconds(name, 0, args.steps)
+        for round_ in range(1, args.rounds + 1):
+            for name in arms:
+                times[name].append(seconds(name, round_, args.steps))
+    medians = {name: float(np.median(values)) for name, values in times.items()}
+    results = {"decay": arms["default"], "steps": args.steps, "batch_size": config.train.batch_size,
+               "median_ms_per_step": {name: 1000 * median / args.steps for name, median in medians.items()},
+               "ratio": medians["default"] / medians["off"],
+               "round_ratios": [a / b for a, b in zip(times["default"], times["off"])],
+               "round_seconds": times}
+    print(f"{args.rounds} rounds of {args.steps} steps, batch {config.train.batch_size}, max length "
+          f"{tokenizer.max_length}: {results['median_ms_per_step']['off']:.1f} ms/step without averaging, "
+          f"{results['median_ms_per_step']['default']:.1f} with (decay {arms['default']}): "
+          f"{results['ratio']:.3f}x the time; per round " + ", ".join(f"{r:.3f}x" for r in results["round_ratios"]))
+    write_results(results, args.out)
+
+
+if __name__ == "__main__":
+    main()
