@@ -193,12 +193,13 @@ class TrainConfig:
     # min(decay, (1 + step) / (10 + step)), so a fresh head's first weights
     # fade fast. Under about 9,000 steps that term decides: each step's
     # weights count as its number to the 8th power, the average's mean age
-    # a ninth of the steps so far. 0 = off. On bench/accuracy.py's tweets
+    # a tenth of the steps so far. 0 = off. On bench/accuracy.py's tweets
     # (the default run's three pre-trainings, seeds 42 / 2 / 7) validation
     # accuracy rose after 8 of the 9 epochs (after the first by +1.83 /
     # +1.57 / +0.20 points), the kept epochs' test accuracy by +0.29 / +0.29
     # / +0.05 and the refits' by +0.13 / -0.01 / +0.37 (mean +0.16, -0.10 to
-    # +0.42), with the same epochs kept; each step about 1 ms dearer.
+    # +0.42), with the same epochs kept; the update costs about 1 ms of a
+    # 70-80 ms step there (bench/weight_averaging.py, bench/README.md).
     weight_averaging: float = 0.999
     # Training steps run per host round trip (TPUs want 50-1000).
     steps_per_execution: int = 1
