@@ -120,6 +120,23 @@ def validation_split(train_path, cache):
     return paths
 
 
+def default_fit_split(cache):
+    """`(config, split)`: the default config resolved for the 90% fit slice of
+    the tweets (vocabulary size, classes, max length), and that slice
+    tokenized with the vocabulary a default run learns from it; what the
+    step-time benchmarks train on."""
+    from pipeline.config import Config, override
+    from pipeline.dataset import learn_vocabulary, load_split
+
+    config = Config()
+    fit_path, _ = validation_split(fetch_corpus(cache)[0], cache)
+    names, tokenizer = learn_vocabulary(fit_path, config.data, config.model.max_length)
+    split = load_split(fit_path, config.data, tokenizer, names)
+    config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary), "num_classes": len(names),
+                                         "max_length": tokenizer.max_length}})
+    return config, split
+
+
 def this_project(train_path, test_path, directory, epochs, overrides=None, whole_split=False):
     """`pipeline.train`'s run on the training split with the test split as its
     evaluation files, which only score it: by default it keeps its best epoch

@@ -22,9 +22,8 @@ from common import real_token_fraction, timed_steps, write_results  # sets up th
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from accuracy import fetch_corpus, validation_split  # noqa: E402
-from pipeline.config import Config, override  # noqa: E402
-from pipeline.dataset import learn_vocabulary, load_split, train_dataset  # noqa: E402
+from accuracy import default_fit_split  # noqa: E402
+from pipeline.dataset import train_dataset  # noqa: E402
 from pipeline.model import build_model  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
@@ -39,12 +38,7 @@ def main():
     parser.add_argument("--out", default=os.path.join("bench", "results", "length_bucket.json"),
                         help="JSON of the real-token shares, the medians and each round's times")
     args = parser.parse_args()
-    config = Config()
-    fit_path, _ = validation_split(fetch_corpus(args.cache)[0], args.cache)
-    names, tokenizer = learn_vocabulary(fit_path, config.data, config.model.max_length)
-    split = load_split(fit_path, config.data, tokenizer, names)
-    config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary), "num_classes": len(names),
-                                         "max_length": tokenizer.max_length}})
+    config, split = default_fit_split(args.cache)
     batch_size = config.train.batch_size
     model = build_model(config.model)
     with tempfile.TemporaryDirectory() as directory:
@@ -63,8 +57,8 @@ def main():
             for bucket in args.buckets:
                 times[bucket].append(seconds(bucket, round_, args.steps))
     baseline = np.median(times[args.buckets[0]])
-    results = {"max_length": tokenizer.max_length, "batch_size": batch_size, "steps": args.steps, "buckets": {}}
-    print(f"max length {tokenizer.max_length}, batch {batch_size}, {args.rounds} rounds of {args.steps} steps")
+    results = {"max_length": config.model.max_length, "batch_size": batch_size, "steps": args.steps, "buckets": {}}
+    print(f"max length {config.model.max_length}, batch {batch_size}, {args.rounds} rounds of {args.steps} steps")
     print(f"{'bucket':>8}{'real tokens':>13}{'ms/step':>10}{'speed-up':>10}")
     for bucket in args.buckets:
         median = float(np.median(times[bucket]))

@@ -21,9 +21,8 @@ from common import timed_steps, write_results  # sets up the path and TF's loggi
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from accuracy import fetch_corpus, validation_split  # noqa: E402
-from pipeline.config import Config, override  # noqa: E402
-from pipeline.dataset import learn_vocabulary, load_split, train_dataset  # noqa: E402
+from accuracy import default_fit_split  # noqa: E402
+from pipeline.dataset import train_dataset  # noqa: E402
 from pipeline.model import build_model  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
@@ -36,12 +35,7 @@ def main():
     parser.add_argument("--out", default=os.path.join("bench", "results", "weight_averaging.json"),
                         help="JSON of the medians and each round's times")
     args = parser.parse_args()
-    config = Config()
-    fit_path, _ = validation_split(fetch_corpus(args.cache)[0], args.cache)
-    names, tokenizer = learn_vocabulary(fit_path, config.data, config.model.max_length)
-    split = load_split(fit_path, config.data, tokenizer, names)
-    config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary), "num_classes": len(names),
-                                         "max_length": tokenizer.max_length}})
+    config, split = default_fit_split(args.cache)
     arms = {"off": 0.0, "default": config.train.weight_averaging}
     times = {name: [] for name in arms}
     with tempfile.TemporaryDirectory() as directory:
@@ -69,7 +63,7 @@ def main():
                "round_ratios": [a / b for a, b in zip(times["default"], times["off"])],
                "round_seconds": times}
     print(f"{args.rounds} rounds of {args.steps} steps, batch {config.train.batch_size}, max length "
-          f"{tokenizer.max_length}: {results['median_ms_per_step']['off']:.1f} ms/step without averaging, "
+          f"{config.model.max_length}: {results['median_ms_per_step']['off']:.1f} ms/step without averaging, "
           f"{results['median_ms_per_step']['default']:.1f} with (decay {arms['default']}): "
           f"{results['ratio']:.3f}x the time; per round " + ", ".join(f"{r:.3f}x" for r in results["round_ratios"]))
     write_results(results, args.out)
