@@ -36,11 +36,16 @@ from pipeline.trainer import BEST_EPOCH, BEST_WEIGHTS, CHECKPOINT_DIR, model_var
 CONFIG_FILE = "config.json"
 MEMBERS_DIR = "members"  # members 2..N of train.members
 REFIT_DIR = "refit"  # train.refit's classifier
-# Fields a resumed run may change: they act after everything a run resumes
-# from. train.refit and members 2..N of train.members come after the run's
-# own training, so a finished run gets its refit by being started again with
-# --refit, and grows (or shrinks) its ensemble with another --members.
-CHANGEABLE_ON_RESUME = {"train": {"refit", "members"}}
+# How the host drives the training steps, not what they compute: a run
+# trains the same weights to the digit whatever they are (tests), so it
+# resumes with others, and a finished pre-training is shared across them.
+HOST_LOOP_FIELDS = {"train": {"steps_per_execution", "checkpoint_every"}}
+# Fields a resumed run may change: those, and those that act after
+# everything a run resumes from. train.refit and members 2..N of
+# train.members come after the run's own training, so a finished run gets
+# its refit by being started again with --refit, and grows (or shrinks) its
+# ensemble with another --members.
+CHANGEABLE_ON_RESUME = {"train": {"refit", "members"} | HOST_LOOP_FIELDS["train"]}
 # Fields added after runs were saved without them, with the value those runs
 # had (not today's default): a saved config holds every field, so a missing
 # one means a run older than the field.

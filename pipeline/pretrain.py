@@ -104,7 +104,8 @@ def finished_pretraining(config, vocabulary, directories):
     `config`'s own would repeat, or None.
 
     Its settings must equal those `config` pre-trains with
-    (`with_pretrain_epochs`), the fields of `UNREAD_FIELDS` aside, and
+    (`with_pretrain_epochs`), the fields of `UNREAD_FIELDS` and of the host
+    loop (`model_dir.HOST_LOOP_FIELDS`) aside, and
     its vocabulary `vocabulary`. Pre-training is deterministic, so starting
     from it is starting from the weights `config` would train (sweep trials
     that differ in their classifier's settings alone share one).
@@ -123,7 +124,11 @@ def _same_vocabulary(directory, vocabulary):
 
 
 def _pretraining_settings(settings):
-    return {section: {key: value for key, value in values.items() if key not in UNREAD_FIELDS.get(section, ())}
+    # What the pre-training's weights depend on: neither the fields it never
+    # reads nor those of its host loop.
+    ignored = {section: set(UNREAD_FIELDS.get(section, ())) | run_dir.HOST_LOOP_FIELDS.get(section, set())
+               for section in settings}
+    return {section: {key: value for key, value in values.items() if key not in ignored[section]}
             for section, values in settings.items()}
 
 

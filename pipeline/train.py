@@ -392,6 +392,7 @@ def parse_args(argv=None):
              "validation-split": "fraction of --train held out to keep the best epoch on, 0 = keep it on --eval; ",
              "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
              "pretrain-learning-rate": "masked-LM's peak learning rate; ",
+             "steps-per-execution": "training steps per host round trip (TPUs: 100 or more); ",
              "precision": "auto, float32 or mixed_bfloat16; "}
     for flag, (section, field, kind) in flags.items():
         default = getattr(getattr(Config(), section), field)

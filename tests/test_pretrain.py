@@ -13,7 +13,7 @@ from pipeline.dataset import distribute
 from pipeline.export import main as export_main
 from pipeline.masking import mask_tokens, masked_lm_dataset, swap_segments, word_ids_of
 from pipeline.model import build_model, build_pretraining_model
-from pipeline.model_dir import restore_variables
+from pipeline.model_dir import HOST_LOOP_FIELDS, restore_variables
 from pipeline.pretrain import UNREAD_FIELDS, finished_pretraining, initialize_from, pretrain
 from pipeline.pretrain import main as pretrain_main
 from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
@@ -248,8 +248,12 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
                         "keep_best_epoch": False, "pretrain_epochs": 9, "members": 4, "refit": True,
                         "validation_split": 0.3, "weight_averaging": 0.5}}
     assert {section: tuple(fields) for section, fields in unread.items()} == UNREAD_FIELDS
+    # Nor does its host loop change what it computes.
+    host_loop = {"train": {"steps_per_execution": 3, "checkpoint_every": 5}}
+    assert {section: set(fields) for section, fields in host_loop.items()} == HOST_LOOP_FIELDS
+    assert saved.train.steps_per_execution != 3 and saved.train.checkpoint_every != 5
     other = str(tmp_path / "other")
-    pretrain(override(saved, unread), other, os.path.join(os.path.dirname(run), "docs.txt"))
+    pretrain(override(override(saved, unread), host_loop), other, os.path.join(os.path.dirname(run), "docs.txt"))
     weights = []
     for directory in (run, other):
         model = build_pretraining_model(Config.load(os.path.join(directory, "config.json")).model)
@@ -260,7 +264,8 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
     # So a classifier whose own pre-training would differ in those alone
     # starts from the finished one; one that would train otherwise does not.
     vocabulary = Tokenizer.load(run).vocabulary
-    classifier = override(saved, {**unread, "train": {**unread["train"], "pretrain_epochs": saved.train.epochs,
+    classifier = override(saved, {**unread, "train": {**unread["train"], **host_loop["train"],
+                                                      "pretrain_epochs": saved.train.epochs,
                                                       "epochs": 2}})
     assert finished_pretraining(classifier, vocabulary, [str(tmp_path), run]) == run
     for differing in ({"train": {"warmup_fraction": 0.2}}, {"model": {"dropout_rate": 0.1}},

@@ -163,11 +163,16 @@ def test_weight_averaging_scores_and_keeps_the_moving_average_of_the_trained_wei
         np.testing.assert_allclose(value, wanted, rtol=1e-6)
 
 
-def test_same_seed_gives_identical_metrics(tmp_path, corpus):
-    first = train_and_evaluate(_config(epochs=1), str(tmp_path / "a"), *corpus, export=False)
-    second = train_and_evaluate(_config(epochs=1), str(tmp_path / "b"), *corpus, export=False)
+def test_same_seed_gives_identical_metrics_with_any_host_loop(tmp_path, corpus):
+    # 20 steps: one per call, then host loops of 7 cut short by the
+    # checkpoints every 6 and by the epoch's end (6, 6, 6, 2).
+    first = train_and_evaluate(_config(epochs=1, steps_per_execution=1), str(tmp_path / "a"), *corpus, export=False)
+    second = train_and_evaluate(_config(epochs=1, steps_per_execution=7, checkpoint_every=6), str(tmp_path / "b"),
+                                *corpus, export=False)
     assert first == second
     np.testing.assert_array_equal(_probabilities(tmp_path / "a"), _probabilities(tmp_path / "b"))
+    assert [os.path.basename(path) for path in tf.train.get_checkpoint_state(
+        os.path.join(tmp_path, "b", CHECKPOINT_DIR)).all_model_checkpoint_paths] == ["ckpt-18", "ckpt-20"]
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
@@ -238,7 +243,10 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
                 output[-3000:]
         assert not os.path.exists(os.path.join(killed_dir, "metrics.json"))
 
-    resumed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    # Resumed with another host loop (checkpoints every 5 steps, loops of 2),
+    # which trains the same weights.
+    resumed = subprocess.run(command[:-1] + ["5", "--steps-per-execution", "2"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming from the checkpoint at step {fine_tuning_steps} of {fine_tuning_steps}." in resumed.stdout
     refit_steps = 640 // 32 * 2  # the refit trains on all the training examples
