@@ -41,8 +41,9 @@ demo: install
 # the Zen 4 machine, at the issue's reference speed, 7.1-8.1 in two (three
 # fresh clones' .ci/run: 8.0-9.2 with the set-up), 8.4-9.1 since the default
 # run refits (two fresh clones; 9.6 with the set-up in the second), 10.4
-# (11.7 with the set-up) with the weight average, in a slow spell of the
-# host that made the product's masked-LM epochs 20-30% slower.
+# (11.7 with the set-up) with the weight average and 10.7 (11.9) with the
+# 16-step host loop, in slow spells of the host that made the product's
+# masked-LM epochs 20-30% slower.
 # Work-stealing evens out the tests' lengths (from under a second to 3
 # minutes). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
