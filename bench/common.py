@@ -73,6 +73,16 @@ def steps_per_second(model, features, labels, batch_size, steps, warmup_steps=3,
         return steps / timed_steps(trainer, iterator, steps, warmup_steps)
 
 
+def ab_figures(times, steps, baseline, arm):
+    """The figures of an A/B step-time benchmark: `times` holds each arm's
+    seconds per round (`steps` steps each); `arm` against `baseline`."""
+    medians = {name: float(np.median(values)) for name, values in times.items()}
+    return {"median_ms_per_step": {name: 1000 * median / steps for name, median in medians.items()},
+            "ratio": medians[arm] / medians[baseline],
+            "round_ratios": [a / b for a, b in zip(times[arm], times[baseline])],
+            "round_seconds": times}
+
+
 def real_token_fraction(split, batch_size, length_bucket):
     """Real tokens among the positions computed in one epoch of `split`'s
     training batches cut with `length_bucket`."""

@@ -24,9 +24,8 @@ import os
 import tempfile
 import time
 
-from common import write_results  # sets up the path and TF's logging
+from common import ab_figures, write_results  # sets up the path and TF's logging
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from accuracy import default_fit_split  # noqa: E402
@@ -78,14 +77,10 @@ def main():
                     times[name].append(seconds(name, round_))
                 else:
                     seconds(name, round_)
-    medians = {name: float(np.median(values)) for name, values in times.items()}
     results = {"steps_per_execution": arms["default"], "steps": args.steps, "batch_size": config.train.batch_size,
-               "median_ms_per_step": {name: 1000 * median / args.steps for name, median in medians.items()},
-               "ratio": medians["default"] / medians["one"],
-               "round_trip_ms": 1000 * (medians["one"] - medians["default"]) / args.steps
-               / (1 - 1 / arms["default"]),
-               "round_ratios": [a / b for a, b in zip(times["default"], times["one"])],
-               "round_seconds": times}
+               **ab_figures(times, args.steps, "one", "default")}
+    saved = results["median_ms_per_step"]["one"] - results["median_ms_per_step"]["default"]
+    results["round_trip_ms"] = saved / (1 - 1 / arms["default"])  # round trips saved per step
     print(f"{args.rounds} rounds of {args.steps} steps, batch {config.train.batch_size}, max length "
           f"{config.model.max_length}: {results['median_ms_per_step']['one']:.1f} ms/step with one step per "
           f"round trip, {results['median_ms_per_step']['default']:.1f} with {arms['default']}: "

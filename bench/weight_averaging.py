@@ -16,9 +16,8 @@ import dataclasses
 import os
 import tempfile
 
-from common import timed_steps, write_results  # sets up the path and TF's logging
+from common import ab_figures, timed_steps, write_results  # sets up the path and TF's logging
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from accuracy import default_fit_split  # noqa: E402
@@ -56,12 +55,8 @@ def main():
         for round_ in range(1, args.rounds + 1):
             for name in arms:
                 times[name].append(seconds(name, round_, args.steps))
-    medians = {name: float(np.median(values)) for name, values in times.items()}
     results = {"decay": arms["default"], "steps": args.steps, "batch_size": config.train.batch_size,
-               "median_ms_per_step": {name: 1000 * median / args.steps for name, median in medians.items()},
-               "ratio": medians["default"] / medians["off"],
-               "round_ratios": [a / b for a, b in zip(times["default"], times["off"])],
-               "round_seconds": times}
+               **ab_figures(times, args.steps, "off", "default")}
     print(f"{args.rounds} rounds of {args.steps} steps, batch {config.train.batch_size}, max length "
           f"{config.model.max_length}: {results['median_ms_per_step']['off']:.1f} ms/step without averaging, "
           f"{results['median_ms_per_step']['default']:.1f} with (decay {arms['default']}): "
