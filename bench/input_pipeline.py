@@ -20,6 +20,7 @@ and prints their ratios. The target is input >= 20x training.
 
 import argparse
 import csv
+import dataclasses
 import os
 import tempfile
 import time
@@ -67,7 +68,7 @@ def warm_input(split, config):
 
 
 def masked_lm_batches(word_ids, tokenizer, config, epoch=0):
-    return masked_lm_dataset(word_ids, len(tokenizer.vocabulary), tokenizer.max_length, config.train.batch_size,
+    return masked_lm_dataset(word_ids, len(tokenizer.vocabulary), tokenizer.max_length, config.pretrain.batch_size,
                              config.pretrain, seed=0, epoch=epoch, length_bucket=config.train.length_bucket)
 
 
@@ -86,16 +87,16 @@ def masked_lm_input(texts, tokenizer, config, epochs=3):
     return word_ids, rates[0], rates[1], len(rates[2:]) / sum(1 / rate for rate in rates[2:])
 
 
-def training(model, dataset, config, model_dir, steps=30, warmup_steps=5):
-    """Steady-state examples/s of `model` trained on `dataset`."""
+def training(model, dataset, train_config, model_dir, steps=30, warmup_steps=5):
+    """Steady-state examples/s of `model` trained on `dataset` (batches of `train_config.batch_size`)."""
     strategy = tf.distribute.get_strategy()
-    trainer = Trainer(model, build_optimizer(config.train, 1000), strategy, config.train, model_dir)
+    trainer = Trainer(model, build_optimizer(train_config, 1000), strategy, train_config, model_dir)
     iterator = iter(dataset.repeat())
     trainer._train_steps(iterator, tf.constant(warmup_steps))  # tracing and first compiled steps
     start = time.perf_counter()
     trainer._train_steps(iterator, tf.constant(steps))
     float(trainer.loss.result())  # waits for the steps to finish
-    return steps * config.train.batch_size / (time.perf_counter() - start)
+    return steps * train_config.batch_size / (time.perf_counter() - start)
 
 
 def main():
@@ -114,13 +115,15 @@ def main():
         _, record_rate = cold_input(record_path, config, tokenizer, names)
         warm_rate = warm_input(split, config)
         train_rate = training(build_model(config.model), train_dataset(split, config.train.batch_size, seed=0),
-                              config, directory)
+                              config.train, directory)
         texts = [text for text, _ in generate(args.examples, seed=0)]  # the corpus's
         word_ids, word_ids_rate, masked_first_rate, masked_rate = masked_lm_input(texts, tokenizer, config)
         masked_train_rate = training(build_pretraining_model(config.model), masked_lm_batches(word_ids, tokenizer, config),
-                                     config, os.path.join(directory, "pretrain"))
+                                     dataclasses.replace(config.train, batch_size=config.pretrain.batch_size),
+                                     os.path.join(directory, "pretrain"))
     results = {"examples": args.examples, "max_length": config.model.max_length,
-               "batch_size": config.train.batch_size, "cold_csv_examples_per_s": csv_rate,
+               "batch_size": config.train.batch_size, "masked_lm_batch_size": config.pretrain.batch_size,
+               "cold_csv_examples_per_s": csv_rate,
                "cold_tfrecord_examples_per_s": record_rate, "warm_examples_per_s": warm_rate,
                "training_examples_per_s": train_rate, "masked_lm_word_ids_examples_per_s": word_ids_rate,
                "masked_lm_first_epoch_examples_per_s": masked_first_rate,

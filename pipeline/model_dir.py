@@ -53,8 +53,9 @@ CHANGEABLE_ON_RESUME = {"train": {"refit", "members"} | HOST_LOOP_FIELDS["train"
 FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
                         "train": {"length_bucket": 0, "pretrain_epochs": 0, "members": 1, "refit": False,
                                   "validation_split": 0.0, "weight_averaging": 0.0},
-                        # Masked-LM training used the classifier's rate.
-                        "pretrain": {"learning_rate": lambda saved: saved["train"]["learning_rate"]}}
+                        # Masked-LM training used the classifier's rate and batch size.
+                        "pretrain": {"learning_rate": lambda saved: saved["train"]["learning_rate"],
+                                     "batch_size": lambda saved: saved["train"]["batch_size"]}}
 
 
 def load_config(model_dir):

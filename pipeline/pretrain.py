@@ -47,7 +47,7 @@ SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads",
 # (`finished_pretraining`).
 UNREAD_FIELDS = {"model": ("num_classes", "pooling", "head_shared_kernel"),
                  "data": ("label_column",),
-                 "train": ("learning_rate", "token_dropout", "best_metric", "keep_best_epoch", "pretrain_epochs",
+                 "train": ("learning_rate", "batch_size", "token_dropout", "best_metric", "keep_best_epoch", "pretrain_epochs",
                            "members", "refit", "validation_split", "weight_averaging")}
 # The masked-token accuracy reported at the end is measured on a fresh
 # masking of about this many training documents (all of them when fewer): a
@@ -77,19 +77,20 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         _print_report(report)
         finish_run(model_dir, strategy)
         return report
-    steps = len(texts) // config.train.batch_size * config.train.epochs
     train_config = dataclasses.replace(config.train, learning_rate=config.pretrain.learning_rate,
+                                       batch_size=config.pretrain.batch_size,
                                        weight_averaging=0.0)  # the classifier's
+    steps = len(texts) // train_config.batch_size * train_config.epochs
     with strategy.scope():
         model = build_pretraining_model(config.model, config.pretrain.sentence_order)
         trainer = Trainer(model, build_optimizer(train_config, steps), strategy, train_config, model_dir,
                           learning_rate_field="pretrain.learning_rate")
     # Tokenized once; each epoch shuffles and masks anew.
     make_dataset = functools.partial(masked_lm_dataset, word_ids_of(texts, tokenizer), len(tokenizer.vocabulary),
-                                     tokenizer.max_length, config.train.batch_size, config.pretrain, config.train.seed,
+                                     tokenizer.max_length, train_config.batch_size, config.pretrain, config.train.seed,
                                      length_bucket=usable_length_bucket(config, strategy))
     losses = trainer.fit(make_dataset, len(texts), config.train.epochs)
-    evaluation_steps = max(1, EVALUATION_DOCUMENTS // config.train.batch_size)
+    evaluation_steps = max(1, EVALUATION_DOCUMENTS // train_config.batch_size)
     report = evaluate_masked_lm(model, make_dataset(epoch=config.train.epochs).take(evaluation_steps))
     report["loss_by_epoch"] = losses
     with atomic_write(os.path.join(output, METRICS_FILE)) as f:  # last: the mark of a finished run
@@ -253,7 +254,8 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int,
                         help=f"masked-LM epochs (default train.pretrain_epochs, {Config().train.pretrain_epochs}, "
                              "as pipeline.train's own pre-training)")
-    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--batch-size", type=int,
+                        help=f"sequences per masked-LM step, pretrain.batch_size (default {Config().pretrain.batch_size})")
     parser.add_argument("--learning-rate", type=float,
                         help=f"peak masked-LM learning rate, pretrain.learning_rate (default {Config().pretrain.learning_rate})")
     parser.add_argument("--max-length", type=int)
@@ -264,7 +266,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     values = {"data": {}, "train": {}, "model": {}, "pretrain": {}}
     for flag, section, field in [("text_column", "data", "text_column"),
-                                 ("batch_size", "train", "batch_size"), ("max_length", "model", "max_length"),
+                                 ("batch_size", "pretrain", "batch_size"), ("max_length", "model", "max_length"),
                                  ("learning_rate", "pretrain", "learning_rate"),
                                  ("max_predictions", "pretrain", "max_predictions")]:
         if getattr(args, flag) is not None:

@@ -383,6 +383,7 @@ def parse_args(argv=None):
         "validation-split": ("train", "validation_split", float),
         "members": ("train", "members", int),
         "pretrain-learning-rate": ("pretrain", "learning_rate", float),
+        "pretrain-batch-size": ("pretrain", "batch_size", int),
         "steps-per-execution": ("train", "steps_per_execution", int),
         "checkpoint-every": ("train", "checkpoint_every", int),
         "precision": ("train", "precision", str),
@@ -392,6 +393,7 @@ def parse_args(argv=None):
              "validation-split": "fraction of --train held out to keep the best epoch on, 0 = keep it on --eval; ",
              "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
              "pretrain-learning-rate": "masked-LM's peak learning rate; ",
+             "pretrain-batch-size": "sequences per masked-LM step; ",
              "steps-per-execution": "training steps per host round trip (TPUs: 100 or more); ",
              "precision": "auto, float32 or mixed_bfloat16; "}
     for flag, (section, field, kind) in flags.items():

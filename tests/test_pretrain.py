@@ -27,7 +27,7 @@ TINY = {
     # The held-out slice and the refit (on by default) are off but in the test of members' refits.
     "train": {"batch_size": 32, "epochs": 3, "learning_rate": 3e-3, "checkpoint_every": 50, "pretrain_epochs": 0,
               "validation_split": 0.0, "refit": False},
-    "pretrain": {"max_predictions": 5, "learning_rate": 3e-3},
+    "pretrain": {"max_predictions": 5, "learning_rate": 3e-3, "batch_size": 32},
 }
 
 
@@ -195,10 +195,20 @@ def test_masked_accuracy_is_measured_on_a_sample_of_the_documents(tmp_path, monk
                       str(tmp_path / "docs.txt"))
     config, tokenizer = Config.load(str(tmp_path / "run" / "config.json")), Tokenizer.load(str(tmp_path / "run"))
     steps = masked_lm_dataset(word_ids_of(documents, tokenizer), len(tokenizer.vocabulary), config.model.max_length,
-                              config.train.batch_size, config.pretrain, config.train.seed, epoch=1,
+                              config.pretrain.batch_size, config.pretrain, config.train.seed, epoch=1,
                               length_bucket=config.train.length_bucket)
     predictions = [int(weights.numpy().sum()) for _, _, weights in steps]
     assert len(predictions) == 10 and report["predictions"] == sum(predictions[:2]) > 0
+
+
+def test_masked_lm_steps_hold_the_pretraining_batch_size_not_the_classifiers(tmp_path):
+    documents = [text for text, _ in generate(320, seed=6)]
+    (tmp_path / "docs.txt").write_text("\n".join(documents) + "\n", encoding="utf-8")
+    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "batch_size": 64},
+                               "pretrain": {**TINY["pretrain"], "batch_size": 16}})
+    pretrain(config, str(tmp_path / "run"), str(tmp_path / "docs.txt"))
+    # 320 texts in steps of 16: the epoch ends at step 20 (at 64 it would be 5).
+    assert tf.train.latest_checkpoint(str(tmp_path / "run" / CHECKPOINT_DIR)).endswith("ckpt-20")
 
 
 def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
@@ -244,7 +254,7 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
     saved = Config.load(os.path.join(run, "config.json"))
     unread = {"model": {"num_classes": 5, "pooling": "mean", "head_shared_kernel": False},
               "data": {"label_column": "sentiment"},
-              "train": {"learning_rate": 0.5, "token_dropout": 0.3, "best_metric": "macro_f1",
+              "train": {"learning_rate": 0.5, "batch_size": 8, "token_dropout": 0.3, "best_metric": "macro_f1",
                         "keep_best_epoch": False, "pretrain_epochs": 9, "members": 4, "refit": True,
                         "validation_split": 0.3, "weight_averaging": 0.5}}
     assert {section: tuple(fields) for section, fields in unread.items()} == UNREAD_FIELDS
@@ -269,7 +279,8 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
                                                       "epochs": 2}})
     assert finished_pretraining(classifier, vocabulary, [str(tmp_path), run]) == run
     for differing in ({"train": {"warmup_fraction": 0.2}}, {"model": {"dropout_rate": 0.1}},
-                      {"train": {"pretrain_epochs": saved.train.epochs + 1}}, {"pretrain": {"learning_rate": 1e-3}}):
+                      {"train": {"pretrain_epochs": saved.train.epochs + 1}}, {"pretrain": {"learning_rate": 1e-3}},
+                      {"pretrain": {"batch_size": 16}}):
         assert finished_pretraining(override(classifier, differing), vocabulary, [run]) is None, differing
     assert finished_pretraining(classifier, list(reversed(vocabulary)), [run]) is None
 
@@ -404,6 +415,11 @@ def test_mismatches_are_clear_errors(pretrained):
     same = dataclasses.replace(config, num_classes=2)
     with pytest.raises(ValueError, match="its vocabulary differs"):
         initialize_from(build_model(same), run, same, other)
+    # Refused as the command line is read, as a message.
+    with pytest.raises(SystemExit, match="error: pretrain.batch_size must be 1 or more, got 0"):
+        pretrain_main(["--text", os.path.join(os.path.dirname(run), "docs.txt"), "--model-dir",
+                       os.path.join(os.path.dirname(run), "never"), "--batch-size", "0"])
+    assert not os.path.exists(os.path.join(os.path.dirname(run), "never"))
 
 
 def test_sentence_order_cuts_documents_into_two_halves_and_swaps_half_of_them():

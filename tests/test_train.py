@@ -469,8 +469,8 @@ def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, 
     older = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
              "train": {"length_bucket": 0, "token_dropout": 0.0, "pretrain_epochs": 0, "refit": False,
                        "validation_split": 0.0, "weight_averaging": 0.0},
-             # Masked-LM training took the classifier's rate (TINY's, not the default).
-             "pretrain": {"learning_rate": TINY["train"]["learning_rate"]}}
+             # Masked-LM training took the classifier's rate and batch size (TINY's, not the defaults).
+             "pretrain": {"learning_rate": TINY["train"]["learning_rate"], "batch_size": TINY["train"]["batch_size"]}}
     config = Config.from_dict({**TINY, "model": {**TINY["model"], **older["model"]},
                                "train": {**TINY["train"], **older["train"]}, "pretrain": older["pretrain"]})
     train_and_evaluate(config, model_dir, *corpus, export=False)
