@@ -1,5 +1,7 @@
 """Shared pieces of the benchmarks: matmul peak, FLOP counts, timed training steps."""
 
+import contextlib
+import io
 import json
 import os
 import sys
@@ -59,6 +61,18 @@ def timed_steps(trainer, iterator, steps, warmup_steps):
     start = time.perf_counter()
     trainer._train_steps(iterator, tf.constant(steps))
     float(trainer.loss.result())  # waits for the steps
+    return time.perf_counter() - start
+
+
+def timed_fit(trainer, make_dataset, num_examples):
+    """Seconds `trainer.fit` takes for one fresh epoch of `num_examples`
+    from `make_dataset` (as `fit` takes it), its progress bar silenced: the
+    host's round trips counted, as a run pays them."""
+    trainer.step.assign(0)  # a fresh epoch, not a resume
+    trainer._restored = True
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        trainer.fit(make_dataset, num_examples, epochs=1)
     return time.perf_counter() - start
 
 

@@ -17,14 +17,11 @@ of most shapes) is not counted.
 """
 
 import argparse
-import contextlib
 import dataclasses
-import io
 import os
 import tempfile
-import time
 
-from common import ab_figures, write_results  # sets up the path and TF's logging
+from common import ab_figures, timed_fit, write_results  # sets up the path and TF's logging
 
 import tensorflow as tf  # noqa: E402
 
@@ -57,19 +54,12 @@ def main():
                                      tf.distribute.get_strategy(), train_config, os.path.join(directory, name))
 
         def seconds(name, round_):
-            trainer = trainers[name]
-            trainer.step.assign(0)  # a fresh epoch of `fit`, on the round's batches
-            trainer._restored = True
-
-            def make_dataset(epoch, skip_batches, input_context=None):
+            def make_dataset(epoch, skip_batches, input_context=None):  # the round's batches
                 return train_dataset(split, config.train.batch_size, config.train.seed, epoch=round_,
                                      skip_batches=skip_batches, input_context=input_context,
                                      length_bucket=config.train.length_bucket)
 
-            start = time.perf_counter()
-            with contextlib.redirect_stdout(io.StringIO()):  # the progress bar
-                trainer.fit(make_dataset, args.steps * config.train.batch_size, epochs=1)
-            return time.perf_counter() - start
+            return timed_fit(trainers[name], make_dataset, args.steps * config.train.batch_size)
 
         for round_ in range(args.rounds + 1):
             for name in (list(arms) if round_ % 2 else list(arms)[::-1]):

@@ -16,15 +16,12 @@ operands.
 """
 
 import argparse
-import contextlib
 import dataclasses
 import functools
-import io
 import os
 import tempfile
-import time
 
-from common import write_results  # sets up the path and TF's logging
+from common import timed_fit, write_results  # sets up the path and TF's logging
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -69,17 +66,12 @@ def main():
 
         def seconds(size, round_):
             trainer, make = arms[size]
-            trainer.step.assign(0)  # a fresh epoch of `fit`, on the round's masking
-            trainer._restored = True
             steps = args.sequences // size
 
-            def make_dataset(epoch, skip_batches, input_context=None):
+            def make_dataset(epoch, skip_batches, input_context=None):  # the round's masking
                 return make(epoch=round_, skip_batches=skip_batches, input_context=input_context).take(steps)
 
-            start = time.perf_counter()
-            with contextlib.redirect_stdout(io.StringIO()):  # the progress bar
-                trainer.fit(make_dataset, steps * size, epochs=1)
-            return (time.perf_counter() - start) / (steps * size)
+            return timed_fit(trainer, make_dataset, steps * size) / (steps * size)
 
         for round_ in range(args.rounds + 1):
             for size in (batch_sizes if round_ % 2 else batch_sizes[::-1]):

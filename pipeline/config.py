@@ -306,15 +306,16 @@ class PretrainConfig:
     learning_rate: float = 2e-3
     # Sequences per masked-LM step (global; train.batch_size is the
     # classifier's, which masked-LM took before). On 2 cores a step of 64
-    # costs 0.83x per sequence what two of 32 do (smaller matmuls and the
-    # fixed cost of each step: the optimizer, the host loop), so 7 epochs
-    # of 64 take the time 6 of 32 took. On bench/accuracy.py's tweets (the
-    # default run, seeds 42 / 2 / 7), 7 epochs of 64 at 2e-3 against 6 of
-    # 32 at 1e-3: masked-token accuracy 0.361 / 0.345 / 0.343 against
-    # 0.337 / 0.339 / 0.332, exports 0.7758 / 0.7728 / 0.7749 against
-    # 0.7732 / 0.7695 / 0.7723 (+0.28 points on average, 95% interval
-    # -0.06 to +0.63; TF-IDF 0.7741), masked-LM epochs 57-74 s against
-    # 65-91 s (bench/README.md).
+    # costs 0.83-0.91x per sequence what two of 32 do (taller matmuls, and
+    # each step's fixed costs - the optimizer's update of every weight, the
+    # host loop's round trip - shared by twice as many; bench/masked_lm_batch.py),
+    # so 7 epochs of 64 take the time 6 of 32 took. On bench/accuracy.py's
+    # tweets (the default run, seeds 42 / 2 / 7), 7 epochs of 64 at 2e-3
+    # against 6 of 32 at 1e-3: masked-token accuracy 0.361 / 0.345 / 0.343
+    # against 0.337 / 0.339 / 0.332, exports 0.7758 / 0.7728 / 0.7749
+    # against 0.7732 / 0.7695 / 0.7723 (+0.28 points on average, 95%
+    # interval -0.06 to +0.63; TF-IDF 0.7741), the pre-training 442-480 s
+    # against 444-480 s (bench/README.md).
     batch_size: int = 64
 
     def __post_init__(self):

@@ -47,8 +47,8 @@ SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads",
 # (`finished_pretraining`).
 UNREAD_FIELDS = {"model": ("num_classes", "pooling", "head_shared_kernel"),
                  "data": ("label_column",),
-                 "train": ("learning_rate", "batch_size", "token_dropout", "best_metric", "keep_best_epoch", "pretrain_epochs",
-                           "members", "refit", "validation_split", "weight_averaging")}
+                 "train": ("learning_rate", "batch_size", "token_dropout", "best_metric", "keep_best_epoch",
+                           "pretrain_epochs", "members", "refit", "validation_split", "weight_averaging")}
 # The masked-token accuracy reported at the end is measured on a fresh
 # masking of about this many training documents (all of them when fewer): a
 # random sample, as each epoch's steps are shuffled. On 27k tweets the whole
@@ -254,8 +254,8 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int,
                         help=f"masked-LM epochs (default train.pretrain_epochs, {Config().train.pretrain_epochs}, "
                              "as pipeline.train's own pre-training)")
-    parser.add_argument("--batch-size", type=int,
-                        help=f"sequences per masked-LM step, pretrain.batch_size (default {Config().pretrain.batch_size})")
+    parser.add_argument("--batch-size", type=int, help="sequences per masked-LM step, pretrain.batch_size "
+                        f"(default {Config().pretrain.batch_size})")
     parser.add_argument("--learning-rate", type=float,
                         help=f"peak masked-LM learning rate, pretrain.learning_rate (default {Config().pretrain.learning_rate})")
     parser.add_argument("--max-length", type=int)
