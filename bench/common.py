@@ -87,6 +87,21 @@ def steps_per_second(model, features, labels, batch_size, steps, warmup_steps=3,
         return steps / timed_steps(trainer, iterator, steps, warmup_steps)
 
 
+def alternated_rounds(arms, rounds, seconds, flip=True):
+    """Each arm's times over `rounds` rounds, `{arm: [seconds(arm, round), ...]}`:
+    a round 0 first, not counted (tracing, the first steps of most shapes),
+    then rounds 1..`rounds`, every arm once a round, in `arms`' order or,
+    with `flip`, in its reverse every other round (round 0 included)."""
+    arms = list(arms)
+    times = {arm: [] for arm in arms}
+    for round_ in range(rounds + 1):
+        for arm in (arms if round_ % 2 or not flip else arms[::-1]):
+            elapsed = seconds(arm, round_)
+            if round_:
+                times[arm].append(elapsed)
+    return times
+
+
 def ab_figures(times, steps, baseline, arm):
     """The figures of an A/B step-time benchmark: `times` holds each arm's
     seconds per round (`steps` steps each); `arm` against `baseline`."""

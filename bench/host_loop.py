@@ -21,7 +21,7 @@ import dataclasses
 import os
 import tempfile
 
-from common import ab_figures, timed_fit, write_results  # sets up the path and TF's logging
+from common import ab_figures, alternated_rounds, timed_fit, write_results  # sets up the path and TF's logging
 
 import tensorflow as tf  # noqa: E402
 
@@ -45,7 +45,6 @@ def main():
     if args.batch_size:
         config.train = dataclasses.replace(config.train, batch_size=args.batch_size)
     arms = {"one": 1, "default": config.train.steps_per_execution}
-    times = {name: [] for name in arms}
     with tempfile.TemporaryDirectory() as directory:
         trainers = {}
         for name, steps_per_execution in arms.items():
@@ -61,12 +60,7 @@ def main():
 
             return timed_fit(trainers[name], make_dataset, args.steps * config.train.batch_size)
 
-        for round_ in range(args.rounds + 1):
-            for name in (list(arms) if round_ % 2 else list(arms)[::-1]):
-                if round_:
-                    times[name].append(seconds(name, round_))
-                else:
-                    seconds(name, round_)
+        times = alternated_rounds(arms, args.rounds, seconds)
     results = {"steps_per_execution": arms["default"], "steps": args.steps, "batch_size": config.train.batch_size,
                **ab_figures(times, args.steps, "one", "default")}
     saved = results["median_ms_per_step"]["one"] - results["median_ms_per_step"]["default"]

@@ -21,7 +21,7 @@ import functools
 import os
 import tempfile
 
-from common import timed_fit, write_results  # sets up the path and TF's logging
+from common import alternated_rounds, timed_fit, write_results  # sets up the path and TF's logging
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -51,7 +51,6 @@ def main():
     config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary),
                                          "max_length": tokenizer.max_length}})
     word_ids = word_ids_of(texts, tokenizer)
-    times = {size: [] for size in batch_sizes}
     with tempfile.TemporaryDirectory() as directory:
         arms = {}
         for size in batch_sizes:
@@ -73,11 +72,7 @@ def main():
 
             return timed_fit(trainer, make_dataset, steps * size) / (steps * size)
 
-        for round_ in range(args.rounds + 1):
-            for size in (batch_sizes if round_ % 2 else batch_sizes[::-1]):
-                per_sequence = seconds(size, round_)
-                if round_:
-                    times[size].append(per_sequence)
+        times = alternated_rounds(batch_sizes, args.rounds, seconds)
     medians = {size: float(np.median(values)) for size, values in times.items()}
     first = batch_sizes[0]
     results = {"sequences": args.sequences, "texts": len(texts), "max_length": config.model.max_length,

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import tempfile
 
-from common import ab_figures, timed_steps, write_results  # sets up the path and TF's logging
+from common import ab_figures, alternated_rounds, timed_steps, write_results  # sets up the path and TF's logging
 
 import tensorflow as tf  # noqa: E402
 
@@ -36,7 +36,6 @@ def main():
     args = parser.parse_args()
     config, split = default_fit_split(args.cache)
     arms = {"off": 0.0, "default": config.train.weight_averaging}
-    times = {name: [] for name in arms}
     with tempfile.TemporaryDirectory() as directory:
         trainers = {}
         for name, decay in arms.items():
@@ -44,17 +43,13 @@ def main():
             trainers[name] = Trainer(build_model(config.model), build_optimizer(train_config, 10_000),
                                      tf.distribute.get_strategy(), train_config, os.path.join(directory, name))
 
-        def seconds(name, epoch, steps):
+        def seconds(name, epoch):
             # The same batches for both arms of a round (one epoch's shuffle).
             iterator = iter(train_dataset(split, config.train.batch_size, config.train.seed, epoch=epoch,
                                           length_bucket=config.train.length_bucket))
-            return timed_steps(trainers[name], iterator, steps, warmup_steps=1)
+            return timed_steps(trainers[name], iterator, args.steps, warmup_steps=1)
 
-        for name in arms:  # tracing and the first steps of most shapes
-            seconds(name, 0, args.steps)
-        for round_ in range(1, args.rounds + 1):
-            for name in arms:
-                times[name].append(seconds(name, round_, args.steps))
+        times = alternated_rounds(arms, args.rounds, seconds, flip=False)
     results = {"decay": arms["default"], "steps": args.steps, "batch_size": config.train.batch_size,
                **ab_figures(times, args.steps, "off", "default")}
     print(f"{args.rounds} rounds of {args.steps} steps, batch {config.train.batch_size}, max length "
