@@ -16,7 +16,6 @@ operands.
 """
 
 import argparse
-import dataclasses
 import functools
 import os
 import tempfile
@@ -31,6 +30,7 @@ from pipeline.config import Config, override  # noqa: E402
 from pipeline.dataset import learn_tokenizer  # noqa: E402
 from pipeline.masking import masked_lm_dataset, word_ids_of  # noqa: E402
 from pipeline.model import build_pretraining_model  # noqa: E402
+from pipeline.pretrain import masked_lm_train_config  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
 
@@ -54,8 +54,7 @@ def main():
     with tempfile.TemporaryDirectory() as directory:
         arms = {}
         for size in batch_sizes:
-            train_config = dataclasses.replace(config.train, batch_size=size, weight_averaging=0.0,
-                                               learning_rate=config.pretrain.learning_rate)
+            train_config = masked_lm_train_config(override(config, {"pretrain": {"batch_size": size}}))
             trainer = Trainer(build_pretraining_model(config.model), build_optimizer(train_config, 10_000),
                               tf.distribute.get_strategy(), train_config, os.path.join(directory, str(size)))
             make = functools.partial(masked_lm_dataset, word_ids, len(tokenizer.vocabulary), tokenizer.max_length,

@@ -77,9 +77,7 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         _print_report(report)
         finish_run(model_dir, strategy)
         return report
-    train_config = dataclasses.replace(config.train, learning_rate=config.pretrain.learning_rate,
-                                       batch_size=config.pretrain.batch_size,
-                                       weight_averaging=0.0)  # the classifier's
+    train_config = masked_lm_train_config(config)
     steps = len(texts) // train_config.batch_size * train_config.epochs
     with strategy.scope():
         model = build_pretraining_model(config.model, config.pretrain.sentence_order)
@@ -98,6 +96,13 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     _print_report(report)
     finish_run(model_dir, strategy)
     return report
+
+
+def masked_lm_train_config(config):
+    """The `TrainConfig` masked-LM trains with: `train`'s, with the peak rate
+    and batch size of `pretrain` and no weight averaging (the classifier's)."""
+    return dataclasses.replace(config.train, learning_rate=config.pretrain.learning_rate,
+                               batch_size=config.pretrain.batch_size, weight_averaging=0.0)
 
 
 def finished_pretraining(config, vocabulary, directories):
