@@ -30,7 +30,8 @@ from pipeline.files import atomic_write
 from pipeline.masking import masked_lm_dataset, word_ids_of
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
-from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
+from pipeline.strategy import (TPUUnavailableError, check_batch_sizes, configure_runtime, finish_run, output_dir,
+                               resolve_strategy)
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
 
@@ -60,6 +61,7 @@ EVALUATION_DOCUMENTS = 8192
 def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, strategy=None):
     """Pre-trains; returns the final report (also `pretrain_metrics.json`)."""
     strategy = strategy or resolve_strategy(tpu)
+    check_batch_sizes(strategy, {"pretrain.batch_size": config.pretrain.batch_size})
     configure_runtime(config, tpu)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     os.makedirs(output, exist_ok=True)

@@ -37,6 +37,19 @@ def resolve_strategy(tpu=None):
     return tf.distribute.get_strategy()
 
 
+def check_batch_sizes(strategy, batch_sizes):
+    """Refuses, before any work, a global batch size the replicas cannot share.
+
+    `batch_sizes` maps config fields (`"train.batch_size"`) to their values;
+    each step of a field's batches is split evenly among the replicas.
+    """
+    replicas = strategy.num_replicas_in_sync
+    for field, size in batch_sizes.items():
+        if size % replicas:
+            raise ValueError(f"{field} {size} does not divide evenly among the {replicas} replicas of "
+                             f"{type(strategy).__name__}: make it a multiple of {replicas}")
+
+
 def output_dir(model_dir, strategy):
     """Where this process writes a run's files.
 

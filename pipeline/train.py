@@ -41,7 +41,8 @@ from pipeline.metrics import classification_report, format_report
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
 from pipeline.readers import DataError
-from pipeline.strategy import TPUUnavailableError, configure_runtime, finish_run, output_dir, resolve_strategy
+from pipeline.strategy import (TPUUnavailableError, check_batch_sizes, configure_runtime, finish_run, output_dir,
+                               resolve_strategy)
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, Predictor, Trainer, TrainingError, build_optimizer
 
@@ -74,6 +75,10 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
         raise ValueError("--init-from brings its own vocabulary; leave out --vocabulary-from")
     strategy = strategy or resolve_strategy(tpu)
     # Refused before any work (the pre-training, the held-out draw) rather than once the data is read.
+    batch_sizes = {"train.batch_size": config.train.batch_size}
+    if config.train.pretrain_epochs:
+        batch_sizes["pretrain.batch_size"] = config.pretrain.batch_size
+    check_batch_sizes(strategy, batch_sizes)
     run_dir.check_resumable(output_dir(model_dir, strategy), config, skip=DERIVED_FIELDS)
     train_paths, eval_paths = data_paths(train_paths, eval_paths, output_dir(model_dir, strategy))
     fit_data, held_out, whole = split_training_data(config, train_paths)  # Examples, or paths, None, None

@@ -16,11 +16,12 @@ import pytest
 import tensorflow as tf
 from process_helper import free_ports
 
-from pipeline.config import Config
+from pipeline.config import Config, override
 from pipeline.dataset import Split, hold_out, load_split, tokenize, train_dataset
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.model import build_model
 from pipeline.model_dir import REFIT_DIR, load_run, restore_model, restore_variables
+from pipeline.pretrain import pretrain
 from pipeline.readers import read_examples
 from pipeline.train import main as train_main
 from pipeline.train import train_and_evaluate
@@ -81,6 +82,22 @@ def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus):
     assert double["examples"] == single["examples"] == 200
     assert abs(double["accuracy"] - single["accuracy"]) <= 0.02, (single, double)
     np.testing.assert_allclose(_probabilities(tmp_path / "two"), _probabilities(tmp_path / "one"), atol=0.02)
+
+
+def test_batch_sizes_the_replicas_cannot_share_are_refused_by_field_before_any_work(tmp_path, corpus):
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    cases = [(_config(batch_size=33), "train.batch_size 33"),
+             (override(_config(pretrain_epochs=1), {"pretrain": {"batch_size": 15}}), "pretrain.batch_size 15")]
+    for config, named in cases:
+        with pytest.raises(ValueError, match=re.escape(f"{named} does not divide evenly among the 2 replicas")):
+            train_and_evaluate(config, str(tmp_path / "run"), *corpus, strategy=mirrored)
+        assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="pretrain.batch_size 15 does not divide evenly"):
+        pretrain(cases[1][0], str(tmp_path / "pretrain"), [corpus[0]], strategy=mirrored)
+    assert not (tmp_path / "pretrain").exists()
+    # Without pre-training its batch size is not read.
+    assert train_and_evaluate(override(_config(epochs=1), {"pretrain": {"batch_size": 15}}),
+                              str(tmp_path / "run"), *corpus, strategy=mirrored, export=False)["examples"] == 200
 
 
 def test_prediction_scores_every_example_once_from_two_replicas(tmp_path):
