@@ -14,13 +14,13 @@ measures, on this machine and in this process:
     length as by default, masked anew every step): the first epoch, which
     traces the masking, and the later ones (each a new dataset, as in
     training);
-  - masked-LM training: steady-state texts/s of the pre-training model;
+  - masked-LM training: steady-state texts/s of the pre-training model, in
+    the steps pre-training takes (`pipeline.pretrain.masked_lm_train_config`);
 and prints their ratios. The target is input >= 20x training.
 """
 
 import argparse
 import csv
-import dataclasses
 import os
 import tempfile
 import time
@@ -34,6 +34,7 @@ from pipeline.dataset import learn_vocabulary, load_split, train_dataset  # noqa
 from pipeline.demo_corpus import generate  # noqa: E402
 from pipeline.masking import masked_lm_dataset, word_ids_of  # noqa: E402
 from pipeline.model import build_model, build_pretraining_model  # noqa: E402
+from pipeline.pretrain import masked_lm_train_config  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
 
@@ -119,7 +120,7 @@ def main():
         texts = [text for text, _ in generate(args.examples, seed=0)]  # the corpus's
         word_ids, word_ids_rate, masked_first_rate, masked_rate = masked_lm_input(texts, tokenizer, config)
         masked_train_rate = training(build_pretraining_model(config.model), masked_lm_batches(word_ids, tokenizer, config),
-                                     dataclasses.replace(config.train, batch_size=config.pretrain.batch_size),
+                                     masked_lm_train_config(config),
                                      os.path.join(directory, "pretrain"))
     results = {"examples": args.examples, "max_length": config.model.max_length,
                "batch_size": config.train.batch_size, "masked_lm_batch_size": config.pretrain.batch_size,
