@@ -21,8 +21,8 @@ scored as one exported ensemble); keras-hub's
 AlbertClassifier from scratch with the same dimensions and epochs (or
 `--keras-hub-epochs`, to give it the same time budget: this project's default
 run pre-trains first, and on the tweets 6 keras-hub epochs took its time),
-trained on the whole training split (its last epoch is scored: it keeps no
-best one).
+trained on the whole training split, shuffled anew every epoch (its last
+epoch is scored: it keeps no best one).
 
 Next to each score: its difference from TF-IDF's (this project's also from
 keras-hub's) with a 95% paired bootstrap interval over the test texts; an
@@ -244,6 +244,7 @@ def keras_hub_albert(train_path, test_path, epochs, config):
     its dimensions, max length, vocabulary settings, seed and optimizer."""
     import keras
     import keras_hub
+    import tensorflow as tf
     from sklearn.metrics import f1_score
 
     from pipeline.dataset import learn_vocabulary, load_split
@@ -268,7 +269,14 @@ def keras_hub_albert(train_path, test_path, epochs, config):
                                                       warmup_steps=steps // 10)
     model.compile(optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01, global_clipnorm=1.0),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    model.fit(features(train.ids), train.labels, batch_size=config.train.batch_size, epochs=epochs, verbose=2)
+    # keras-hub's fit batches arrays as they come and Keras then ignores
+    # `shuffle` ("the data `x` was provided as a tf.data.Dataset"): every
+    # epoch would see the file's order. Shuffled anew each epoch, as this
+    # project's training is.
+    batches = (tf.data.Dataset.from_tensor_slices((features(train.ids), train.labels))
+               .shuffle(len(train), seed=config.train.seed, reshuffle_each_iteration=True)
+               .batch(config.train.batch_size))
+    model.fit(batches, epochs=epochs, verbose=2)
     predictions = np.argmax(model.predict(features(test.ids), batch_size=256, verbose=0), axis=-1)
     return {"accuracy": float(np.mean(predictions == test.labels)),
             "macro_f1": float(f1_score(test.labels, predictions, average="macro")), "epochs": epochs,
