@@ -44,7 +44,8 @@ demo: install
 # (11.7 with the set-up) with the weight average and 10.7 (11.9) with the
 # 16-step host loop, in slow spells of the host that made the product's
 # masked-LM epochs 20-30% slower; 9.1 and 9.8 (10.3 and 11.1 with the
-# set-up) for 186 tests with masked-LM in steps of 64, in a calmer hour.
+# set-up) for 186 tests with masked-LM in steps of 64, in a calmer hour;
+# 10.3 (11.5) for 187 in a slow hour.
 # Work-stealing evens out the tests' lengths (from under a second to 3
 # minutes). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
