@@ -115,13 +115,13 @@ class DataConfig:
 @dataclasses.dataclass
 class TrainConfig:
     # Global batch size, split evenly across replicas. On 2 cores a step of
-    # 64 costs 0.85x per sequence what two of 32 do (bench/batch_size.py
-    # --task classification). On bench/accuracy.py's tweets (the default
-    # run's three pre-trainings, seeds 42 / 2 / 7), 64 at 1e-3 against 32 at
+    # 64 costs 0.85x per sequence what two of 32 do, side by side
+    # (bench/batch_size.py --task classification). On bench/accuracy.py's
+    # tweets (the default run, seeds 42 / 2 / 7), 64 at 1e-3 against 32 at
     # 5e-4: test accuracy 0.7767 / 0.7737 / 0.7762 against 0.7758 / 0.7728 /
     # 0.7749 (+0.10 points on average, 95% interval -0.24 to +0.45),
     # validation accuracy 0.7684 / 0.7638 / 0.7661 against 0.7707 / 0.7727 /
-    # 0.7678, the same epochs kept, fine-tuning and refit 8-19% faster.
+    # 0.7678, the same epochs kept (bench/README.md).
     batch_size: int = 64
     # Passes over the training data.
     epochs: int = 3
@@ -180,7 +180,7 @@ class TrainConfig:
     # masked-token accuracy 0.33 against 0.28. 10 did not raise validation
     # again (0.7743 / 0.7688 / 0.7691) at 40% more time; on the test split
     # it scored 0.7795 / 0.7716 / 0.7758. See bench/README.md. With
-    # masked-LM at the classifier's 5e-4, 5 epochs were no better than 3,
+    # masked-LM at 5e-4, 5 epochs were no better than 3,
     # and 1 gained nothing over none. 7 since masked-LM steps hold 64
     # sequences (pretrain.batch_size): in the time 6 epochs of 32 took.
     pretrain_epochs: int = 7
