@@ -120,21 +120,29 @@ def validation_split(train_path, cache):
     return paths
 
 
-def default_fit_split(cache):
-    """`(config, split)`: the default config resolved for the 90% fit slice of
-    the tweets (vocabulary size, classes, max length), and that slice
-    tokenized with the vocabulary a default run learns from it; what the
-    step-time benchmarks train on."""
+def default_fit_vocabulary(cache):
+    """`(config, fit_path, names, tokenizer)`: the 90% fit slice of the
+    tweets, the label names and tokenizer a default run learns from it, and
+    the default config resolved for them (vocabulary size, classes, max
+    length)."""
     from pipeline.config import Config, override
-    from pipeline.dataset import learn_vocabulary, load_split
+    from pipeline.dataset import learn_vocabulary
 
     config = Config()
     fit_path, _ = validation_split(fetch_corpus(cache)[0], cache)
     names, tokenizer = learn_vocabulary(fit_path, config.data, config.model.max_length)
-    split = load_split(fit_path, config.data, tokenizer, names)
     config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary), "num_classes": len(names),
                                          "max_length": tokenizer.max_length}})
-    return config, split
+    return config, fit_path, names, tokenizer
+
+
+def default_fit_split(cache):
+    """`(config, split)`: `default_fit_vocabulary`'s config and the fit slice
+    tokenized with its vocabulary; what the step-time benchmarks train on."""
+    from pipeline.dataset import load_split
+
+    config, fit_path, names, tokenizer = default_fit_vocabulary(cache)
+    return config, load_split(fit_path, config.data, tokenizer, names)
 
 
 def this_project(train_path, test_path, directory, epochs, overrides=None, whole_split=False):

@@ -28,9 +28,9 @@ from common import alternated_rounds, timed_fit, write_results  # sets up the pa
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from accuracy import default_fit_split, fetch_corpus, read, validation_split  # noqa: E402
-from pipeline.config import Config, override  # noqa: E402
-from pipeline.dataset import learn_tokenizer, train_dataset  # noqa: E402
+from accuracy import default_fit_split, default_fit_vocabulary, read  # noqa: E402
+from pipeline.config import override  # noqa: E402
+from pipeline.dataset import train_dataset  # noqa: E402
 from pipeline.masking import masked_lm_dataset, word_ids_of  # noqa: E402
 from pipeline.model import build_model, build_pretraining_model  # noqa: E402
 from pipeline.pretrain import masked_lm_train_config  # noqa: E402
@@ -44,12 +44,8 @@ def training_data(task, cache):
     if task == "classification":
         config, split = default_fit_split(cache)
         return config, split, len(split)
-    fit_path, _ = validation_split(fetch_corpus(cache)[0], cache)
+    config, fit_path, _, tokenizer = default_fit_vocabulary(cache)
     texts = read(fit_path)[0]
-    config = Config()
-    tokenizer = learn_tokenizer(texts, config.data, config.model.max_length)
-    config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary),
-                                         "max_length": tokenizer.max_length}})
     return config, word_ids_of(texts, tokenizer), len(texts)
 
 
