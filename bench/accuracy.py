@@ -303,7 +303,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", default=os.path.join("bench", "cache"),
                         help="where the corpus is fetched to and the runs and predictions.json are kept")
-    parser.add_argument("--epochs", type=int, help="epochs of both Transformer models (default: the config's)")
+    parser.add_argument("--epochs", type=int, help="classification epochs of this project's runs (default: the "
+                        "config's); keras-hub's are --keras-hub-epochs")
     parser.add_argument("--keras-hub-epochs", type=int, default=4, help="epochs of keras-hub's classifier (default 4: "
                         "on the tweets it scored best after 4)")
     parser.add_argument("--keras-hub-batch-size", type=int, default=32, help="keras-hub's batch size (default 32)")
