@@ -7,13 +7,15 @@
 Both models have the same dimensions (V 8000, E 128, H 256, 4 layers, 4 heads,
 feed-forward 1024, one shared group, max length 128, batch 32) and train in
 the same loop (this project's Trainer: AdamW, clipping, one step per call
-amortized over `--steps`; no weight averaging, see bench/weight_averaging.py), alternating A/B for `--rounds` rounds in float32
-and in mixed_bfloat16. Prints tokens/s (median of rounds), the ratio,
-model-FLOP utilization against a 2048^3 matmul measured in this run, the
-ratio of each round, and real (non-padding) tokens/s on the demo corpus.
-On a CPU without bfloat16 instructions (AVX-512 BF16 or AMX) mixed_bfloat16
-is emulated: on a Zen 3 machine its half had not finished after 12 minutes,
-against about 4 for float32's. `--precisions float32` leaves it out.
+amortized over `--steps`; no weight averaging, see bench/weight_averaging.py),
+in float32 and in mixed_bfloat16, every model of both precisions once a
+round for `--rounds` rounds, so that each round's ratios are side by side.
+Prints tokens/s (median of rounds), the ratio, model-FLOP utilization
+against a 2048^3 matmul measured in this run, the ratio of each round, and
+real (non-padding) tokens/s on the demo corpus. On a CPU without bfloat16
+instructions (AVX-512 BF16 or AMX) mixed_bfloat16 is emulated: on a Zen 3
+machine its models had not finished their rounds after 12 minutes, where
+float32's took about 4. `--precisions float32` leaves it out.
 """
 
 import argparse
@@ -72,7 +74,8 @@ def real_token_fractions(length_bucket):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3,
-                        help="A/B rounds per precision; each model's median over them is reported")
+                        help="rounds, each training every model of every precision once; "
+                        "each model's median over them is reported")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per model and round")
     parser.add_argument("--precisions", type=lambda v: v.split(","), default=["float32", "mixed_bfloat16"],
                         help="comma-separated, float32 first (its peak is the MFU's and its keras-hub rate the ratios')")
@@ -84,23 +87,33 @@ def main():
     flops = training_flops_per_token(**{k: v for k, v in DIMENSIONS.items() if k != "num_heads"})
     tokens = BATCH * DIMENSIONS["max_length"]
     results = {"dimensions": DIMENSIONS, "batch_size": BATCH, "training_flops_per_token": flops}
+    models, rates = {}, {}
     for precision in args.precisions:
+        # Each layer keeps the policy it was built under, so the models of
+        # both precisions can take turns in one loop.
         keras.mixed_precision.set_global_policy(precision)
-        peak = matmul_peak("bfloat16" if precision == "mixed_bfloat16" else "float32")
+        results[precision] = {"matmul_peak_gflops": matmul_peak("bfloat16" if precision == "mixed_bfloat16"
+                                                                else "float32")}
         # keras-hub's AlbertBackbone has no dropout by default (its classifier
         # drops the pooled vector); ours drops 0.1 after every sub-layer.
         # ours_no_dropout is the like-for-like comparison.
-        models = {"ours": ours(), "ours_no_dropout": ours(dropout_rate=0.0), "keras_hub": keras_hub_albert()}
-        rates = {name: [] for name in models}
-        for _ in range(args.rounds):  # A/B alternated
-            for name, (model, hub) in models.items():
-                features, labels = inputs(hub)
-                rates[name].append(tokens * steps_per_second(model, features, labels, BATCH, args.steps))
-        results[precision] = {name: float(np.median(r)) for name, r in rates.items()}
-        results[precision]["matmul_peak_gflops"] = peak
-        # Each round's rates, in order: how often one model led, not only the medians.
-        results.setdefault("rounds", {})[precision] = {name: [float(x) for x in r] for name, r in rates.items()}
+        models[precision] = {"ours": ours(), "ours_no_dropout": ours(dropout_rate=0.0),
+                             "keras_hub": keras_hub_albert()}
+        rates[precision] = {name: [] for name in models[precision]}
     keras.mixed_precision.set_global_policy("float32")
+    # Every model once a round, both precisions in the same round: each
+    # round's ratios against keras-hub's float32 rate are side by side, not
+    # minutes apart on a host whose speed drifts.
+    for _ in range(args.rounds):
+        for precision in args.precisions:
+            for name, (model, hub) in models[precision].items():
+                features, labels = inputs(hub)
+                rates[precision][name].append(tokens * steps_per_second(model, features, labels, BATCH, args.steps))
+    for precision in args.precisions:
+        results[precision].update({name: float(np.median(r)) for name, r in rates[precision].items()})
+        # Each round's rates, in order: how often one model led, not only the medians.
+        results.setdefault("rounds", {})[precision] = {name: [float(x) for x in r]
+                                                       for name, r in rates[precision].items()}
     float32_peak = results["float32"]["matmul_peak_gflops"]
     bucket = TrainConfig().length_bucket
     padded, bucketed = real_token_fractions(bucket)
@@ -112,10 +125,15 @@ def main():
             rate = results[precision][name]
             print(f"{name + ' ' + precision:<32}{rate:>10,.0f}{rate / baseline:>16.2f}x"
                   f"{rate * flops / 1e9 / float32_peak:>15.0%}")
+    baseline_rounds = results["rounds"]["float32"]["keras_hub"]
     for precision in args.precisions:
         rounds = results["rounds"][precision]
         ratios = [a / b for a, b in zip(rounds["ours"], rounds["keras_hub"])]
         print(f"ours / keras-hub, both {precision}, per round: " + ", ".join(f"{r:.2f}x" for r in ratios))
+        if precision != "float32":
+            ratios = [a / b for a, b in zip(rounds["ours"], baseline_rounds)]
+            print(f"ours {precision} / keras-hub float32 of the same round: "
+                  + ", ".join(f"{r:.2f}x" for r in ratios) + f" (median {np.median(ratios):.2f}x)")
     bfloat16_peak = results.get("mixed_bfloat16", {}).get("matmul_peak_gflops")
     print(f"matmul peak: float32 {float32_peak:.0f} GFLOP/s"
           + (f", bfloat16 {bfloat16_peak:.0f} GFLOP/s" if bfloat16_peak else "")
