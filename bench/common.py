@@ -26,12 +26,14 @@ def write_results(results, path):
         json.dump(results, f, indent=2)
 
 
-def matmul_peak(dtype="float32", size=2048, repeats=10):
-    """GFLOP/s of a `size`^3 tf.matmul on this machine (median of `repeats`)."""
+def matmul_peak(dtype="float32", size=2048, repeats=10, warmup=5):
+    """GFLOP/s of a `size`^3 tf.matmul on this machine (median of `repeats`,
+    after `warmup` untimed products: the first few of a process run slow)."""
     a = tf.random.normal((size, size), dtype=dtype)
     b = tf.random.normal((size, size), dtype=dtype)
     step = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
-    step()
+    for _ in range(warmup):
+        step().numpy()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
