@@ -124,6 +124,9 @@ class TransformerBlock(keras.layers.Layer):
         training=None,
         return_attention_scores=False,
     ):
+        # Post-norm training ends each sub-layer in one compiled function
+        # (`_add`), which adds the sub-layer's last bias too.
+        fused_end = training is True and not self.norm_first and self.dropout.hashed
         x = self.attention_norm(inputs) if self.norm_first else inputs
         if self.attention_dropout_rate:  # Keras's explicit path drops weights
             attended = self.attention(  # (batch, length, hidden)
@@ -133,56 +136,62 @@ class TransformerBlock(keras.layers.Layer):
                 training=training,
                 return_attention_scores=return_attention_scores,
             )
+            attention_bias = None
         else:
-            attended = self._attend(x, attention_mask, return_attention_scores)
+            attended = self._attend(x, attention_mask, return_attention_scores, output_bias=not fused_end)
+            attention_bias = self.attention.output_dense.bias if fused_end else None
         if return_attention_scores:
             attended, scores = attended  # scores: (batch, heads, length, length)
-        x = self._add(inputs, attended, self.attention_norm, training)  # (batch, length, hidden)
+        x = self._add(inputs, attended, self.attention_norm, training, attention_bias)  # (batch, length, hidden)
 
         y = self.output_norm(x) if self.norm_first else x
-        y = self._activate(self._project_up(y, training), training)  # (batch, length, intermediate)
-        y = self.output_dense(y)  # (batch, length, hidden)
-        outputs = self._add(x, y, self.output_norm, training)
+        y = self._feed_forward_hidden(y, training)  # (batch, length, intermediate)
+        if fused_end:  # the bias is added in `_add`
+            y = ops.matmul(y, ops.cast(self.output_dense.kernel, y.dtype))
+        else:
+            y = self.output_dense(y)  # (batch, length, hidden)
+        outputs = self._add(x, y, self.output_norm, training, self.output_dense.bias if fused_end else None)
         if return_attention_scores:
             return outputs, scores
         return outputs
 
-    def _add(self, residual, y, norm, training):
+    def _add(self, residual, y, norm, training, bias=None):
         """`residual + dropout(y)`, then `norm` after it in post-norm blocks.
 
         Post-norm training runs `fused_gradients.residual_norm`: the same
-        values (and dropout mask) in one compiled pass each way; exports
-        trace the layers, which call no XLA.
+        values (and dropout mask) in one compiled pass each way, `bias`
+        added to `y` in it; exports trace the layers, which call no XLA.
         """
         if self.norm_first:
             return residual + self.dropout(y, training=training)
         if training is True and self.dropout.hashed:
             seed = self.dropout.next_seed() if self.dropout.rate else None
             return fused_gradients.residual_norm(
-                residual, y, norm.gamma, norm.beta, norm.epsilon, self.dropout.rate, seed
+                residual, y, norm.gamma, norm.beta, norm.epsilon, self.dropout.rate, seed, bias
             )
         return norm(residual + self.dropout(y, training=training))
 
-    def _project_up(self, x, training):
-        """The feed-forward's first projection; in training through
-        `fused_gradients.dense` (same values and variables, a faster input
-        gradient), otherwise the Dense layer itself, as exports trace it."""
-        if training is True:
-            return fused_gradients.dense(x, self.intermediate.kernel, self.intermediate.bias)
-        return self.intermediate(x)
+    def _feed_forward_hidden(self, x, training):
+        """The feed-forward's first projection and activation.
 
-    def _activate(self, x, training):
-        """The feed-forward activation. Keras's exact GELU becomes the same
-        function with a written-out gradient, compiled in training (one XLA
-        pass each way) and in TensorFlow's kernels otherwise: exports call no
-        XLA, which TensorFlow Serving runs only behind an experimental flag."""
-        if self.activation is not keras.activations.gelu:
-            return self.activation(x)
-        if training is True:
-            return fused_gradients.gelu_compiled(x)
-        return fused_gradients.gelu(x)
+        In training through `fused_gradients` (same values and variables):
+        the projection with a faster input gradient and, for Keras's exact
+        GELU, the activation with a written-out gradient, compiled (one XLA
+        pass each way) with the projection's bias added in it. Otherwise the
+        Dense layer and GELU in TensorFlow's kernels, as exports trace them:
+        exports call no XLA, which TensorFlow Serving runs only behind an
+        experimental flag.
+        """
+        gelu = self.activation is keras.activations.gelu
+        if training is not True:
+            x = self.intermediate(x)
+            return fused_gradients.gelu(x) if gelu else self.activation(x)
+        kernel, bias = self.intermediate.kernel, self.intermediate.bias
+        if gelu:
+            return fused_gradients.dense_gelu(x, kernel, bias)
+        return self.activation(fused_gradients.dense(x, kernel, bias))
 
-    def _attend(self, x, attention_mask, return_attention_scores):
+    def _attend(self, x, attention_mask, return_attention_scores, output_bias=True):
         """Self-attention with `self.attention`'s weights, in batched matmuls.
 
         Keras's einsums transpose every operand on CPU; projecting once and
@@ -190,14 +199,16 @@ class TransformerBlock(keras.layers.Layer):
         (batch, heads, head_size, length) - needs one transpose per operand.
         Measured forward and backward at (32, 128, 256), 4 heads, 2 cores:
         58 -> 48 ms. Logits and softmax are float32 under mixed precision.
+        `output_bias=False` leaves the output projection's bias for the
+        caller to add.
         """
         length, hidden = ops.shape(x)[1], x.shape[2]  # length may be dynamic
         head_size = hidden // self.num_heads
         flat = ops.reshape(x, (-1, hidden))  # (batch * length, hidden)
 
-        def affine(dense, inputs):  # (rows, hidden) through an EinsumDense's weights
-            kernel = ops.cast(ops.reshape(dense.kernel, (hidden, hidden)), x.dtype)
-            return ops.matmul(inputs, kernel) + ops.cast(ops.reshape(dense.bias, (hidden,)), x.dtype)
+        def affine(dense, inputs, bias=True):  # (rows, hidden) through an EinsumDense's weights
+            y = ops.matmul(inputs, ops.cast(ops.reshape(dense.kernel, (hidden, hidden)), x.dtype))
+            return y + ops.cast(ops.reshape(dense.bias, (hidden,)), x.dtype) if bias else y
 
         def project(dense, layout):
             y = ops.reshape(affine(dense, flat), (-1, length, self.num_heads, head_size))
@@ -213,7 +224,7 @@ class TransformerBlock(keras.layers.Layer):
         weights = ops.softmax(logits, axis=-1)
         mixed = ops.matmul(ops.cast(weights, x.dtype), values)  # (batch, heads, length, head_size)
         mixed = ops.reshape(ops.transpose(mixed, (0, 2, 1, 3)), (-1, hidden))
-        attended = ops.reshape(affine(self.attention.output_dense, mixed), (-1, length, hidden))
+        attended = ops.reshape(affine(self.attention.output_dense, mixed, output_bias), (-1, length, hidden))
         if return_attention_scores:
             return attended, ops.cast(weights, x.dtype)
         return attended

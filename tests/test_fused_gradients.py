@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from graph_helper import xla_compiled_ops
 from layers.dropout import dropout
-from layers.fused_gradients import dense, gelu, gelu_compiled, residual_norm
+from layers.fused_gradients import dense, dense_gelu, gelu, gelu_compiled, residual_norm
 
 
 def _value_and_gradient(function, x):
@@ -78,6 +78,30 @@ def test_compiled_gelu_equals_gelu_in_values_and_gradients(dtype):
     assert xla_compiled_ops(compiled.graph.as_graph_def())
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_compiled_gelu_adds_its_bias_in_the_same_pass(dtype):
+    # `gelu_compiled(x, bias)` is `gelu(x + bias)`, with the bias's gradient
+    # summed over rows, and the sum rounded to `dtype` once fewer.
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(3, 2, 16)) * 2, dtype)
+    upstream = tf.constant(rng.normal(size=(3, 2, 16)), dtype)
+    bias = tf.Variable(rng.normal(size=(16,)), dtype=tf.float32)
+    results = []
+    for function in (lambda: gelu(x + tf.cast(bias, dtype)), lambda: gelu_compiled(x, bias)):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = function()
+        gradients = tape.gradient(y, [x, bias], upstream)
+        assert y.dtype == x.dtype and gradients[1].dtype == tf.float32
+        results.append([tf.cast(v, tf.float32).numpy() for v in [y, *gradients]])
+    tolerance = {"float32": 1e-5, "bfloat16": 3e-2}[dtype]
+    for compiled, reference in zip(*results):
+        np.testing.assert_allclose(compiled, reference, rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(results[1][2], results[1][1].sum(axis=(0, 1)), rtol=tolerance, atol=tolerance)
+    compiled = tf.function(gelu_compiled).get_concrete_function(tf.TensorSpec([None, 16], dtype), bias)
+    assert xla_compiled_ops(compiled.graph.as_graph_def())
+
+
 def test_gelu_forward_graph_holds_no_xla_call():
     # What an export traces: TensorFlow Serving runs XLA calls only with an
     # experimental flag.
@@ -119,12 +143,40 @@ def test_dense_equals_keras_dense_in_values_and_gradients(policy):
     assert xla_compiled_ops(graph)  # the kernel's transposed copy
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dense_gelu_equals_keras_dense_and_gelu_in_values_and_gradients(dtype):
+    # The feed-forward's training projection and activation, the bias added
+    # in GELU's compiled pass: Dense then GELU's values and gradients (input,
+    # kernel, bias).
+    import keras
+
+    policy = {"float32": "float32", "bfloat16": "mixed_bfloat16"}[dtype]
+    layer = keras.layers.Dense(16, bias_initializer="glorot_uniform", dtype=policy)
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(2, 5, 8)), dtype)
+    upstream = tf.constant(rng.normal(size=(2, 5, 16)), dtype)
+    layer.build(x.shape)
+    results = []
+    for function in (lambda v: gelu(layer(v)), lambda v: dense_gelu(v, layer.kernel, layer.bias)):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = function(x)
+        gradients = tape.gradient(y, [x, layer.kernel.value, layer.bias.value], upstream)
+        assert y.dtype == x.dtype and gradients[1].dtype == gradients[2].dtype == tf.float32
+        results.append([tf.cast(v, tf.float32).numpy() for v in [y, *gradients]])
+    tolerance = {"float32": 1e-5, "bfloat16": 3e-2}[dtype]
+    for ours, reference in zip(*results):
+        np.testing.assert_allclose(ours, reference, rtol=tolerance, atol=tolerance)
+
+
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 @pytest.mark.parametrize("rate", [0.0, 0.3])
-def test_residual_norm_equals_the_layers_in_values_and_gradients(policy, rate):
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_residual_norm_equals_the_layers_in_values_and_gradients(policy, rate, with_bias):
     # A post-norm sub-layer's end in training: Keras's layer normalization of
-    # the residual plus `dropout` with the same seed, and the gradients of
-    # both inputs, gamma and beta.
+    # the residual plus `dropout` with the same seed of the sub-layer's
+    # output plus its bias, and the gradients of both inputs, gamma, beta and
+    # the bias.
     import keras
 
     norm = keras.layers.LayerNormalization(
@@ -132,18 +184,21 @@ def test_residual_norm_equals_the_layers_in_values_and_gradients(policy, rate):
     )
     rng = np.random.default_rng(0)
     x, y, upstream = (tf.constant(rng.normal(size=(3, 7, 16)), norm.compute_dtype) for _ in range(3))
+    bias = tf.Variable(rng.normal(size=(16,)), dtype=tf.float32)
     norm.build(x.shape)
     seed = tf.constant([3, 9], tf.int32)
     results = []
     for function in (
-        lambda: norm(x + dropout(y, rate, seed)),
-        lambda: residual_norm(x, y, norm.gamma, norm.beta, norm.epsilon, rate, seed),
+        lambda: norm(x + dropout(y + tf.cast(bias, y.dtype) if with_bias else y, rate, seed)),
+        lambda: residual_norm(x, y, norm.gamma, norm.beta, norm.epsilon, rate, seed, bias if with_bias else None),
     ):
         with tf.GradientTape() as tape:
             tape.watch([x, y])
             outputs = function()
-        gradients = tape.gradient(outputs, [x, y, norm.gamma.value, norm.beta.value], upstream)
+        variables = [norm.gamma.value, norm.beta.value] + ([bias] if with_bias else [])
+        gradients = tape.gradient(outputs, [x, y, *variables], upstream)
         assert outputs.dtype == x.dtype and [g.dtype for g in gradients[:2]] == [x.dtype, y.dtype]
+        assert all(g.dtype == tf.float32 for g in gradients[2:])
         results.append([tf.cast(v, tf.float32).numpy() for v in [outputs, *gradients]])
     tolerance = {"float32": 1e-5, "mixed_bfloat16": 2e-2}[policy]
     for ours, layers_value in zip(*results):

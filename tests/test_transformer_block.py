@@ -75,7 +75,7 @@ def test_feed_forward_runs_compiled_in_training_only():
 
 def test_training_with_dropout_equals_the_layers_with_the_same_seeds():
     # Post-norm training ends each sub-layer in one compiled function
-    # (dropout, residual add, layer norm); it must draw the masks the
+    # (bias, dropout, residual add, layer norm); it must draw the masks the
     # Dropout layer would, from the same seeds, and give the same values
     # and gradients.
     import tensorflow as tf
@@ -88,7 +88,10 @@ def test_training_with_dropout_equals_the_layers_with_the_same_seeds():
     for layers_only in (False, True):
         block.dropout.seed_generator.state.assign(start)
         if layers_only:
-            block._add = lambda residual, y, norm, training: norm(residual + block.dropout(y, training=training))
+            # The fused path hands `_add` the sub-layer's last bias to add.
+            block._add = lambda residual, y, norm, training, bias=None: norm(
+                residual + block.dropout(y if bias is None else y + bias, training=training)
+            )
         with tf.GradientTape() as tape:
             tape.watch(x)
             outputs = block(x, training=True)
