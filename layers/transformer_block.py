@@ -124,9 +124,8 @@ class TransformerBlock(keras.layers.Layer):
         training=None,
         return_attention_scores=False,
     ):
-        # Post-norm training ends each sub-layer in one compiled function
-        # (`_add`), which adds the sub-layer's last bias too.
-        fused_end = training is True and not self.norm_first and self.dropout.hashed
+        # A compiled sub-layer end (`_add`) adds the sub-layer's last bias too.
+        fused_end = self._ends_compiled(training)
         x = self.attention_norm(inputs) if self.norm_first else inputs
         if self.attention_dropout_rate:  # Keras's explicit path drops weights
             attended = self.attention(  # (batch, length, hidden)
@@ -164,12 +163,17 @@ class TransformerBlock(keras.layers.Layer):
         """
         if self.norm_first:
             return residual + self.dropout(y, training=training)
-        if training is True and self.dropout.hashed:
+        if self._ends_compiled(training):
             seed = self.dropout.next_seed() if self.dropout.rate else None
             return fused_gradients.residual_norm(
                 residual, y, norm.gamma, norm.beta, norm.epsilon, self.dropout.rate, seed, bias
             )
         return norm(residual + self.dropout(y, training=training))
+
+    def _ends_compiled(self, training):
+        """Whether `_add` ends each sub-layer in one compiled function:
+        post-norm training with hashed dropout masks."""
+        return training is True and not self.norm_first and self.dropout.hashed
 
     def _feed_forward_hidden(self, x, training):
         """The feed-forward's first projection and activation.
