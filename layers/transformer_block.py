@@ -146,7 +146,7 @@ class TransformerBlock(keras.layers.Layer):
         y = self.output_norm(x) if self.norm_first else x
         y = self._feed_forward_hidden(y, training)  # (batch, length, intermediate)
         if fused_end:  # the bias is added in `_add`
-            y = ops.matmul(y, ops.cast(self.output_dense.kernel, y.dtype))
+            y = fused_gradients.project(y, self.output_dense.kernel)
         else:
             y = self.output_dense(y)  # (batch, length, hidden)
         outputs = self._add(x, y, self.output_norm, training, self.output_dense.bias if fused_end else None)

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from graph_helper import xla_compiled_ops
 from layers.dropout import dropout
-from layers.fused_gradients import dense, dense_gelu, gelu, gelu_compiled, residual_norm
+from layers.fused_gradients import dense, dense_gelu, gelu, gelu_compiled, project, residual_norm
 
 
 def _value_and_gradient(function, x):
@@ -141,6 +141,29 @@ def test_dense_equals_keras_dense_in_values_and_gradients(policy):
 
     graph = input_gradient.get_concrete_function(tf.TensorSpec([2, None, 8], x.dtype)).graph.as_graph_def()
     assert xla_compiled_ops(graph)  # the kernel's transposed copy
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("units, width", [(8, 16), (16, 8)])
+def test_project_equals_matmul_in_values_and_gradients(dtype, units, width):
+    # The feed-forward's second projection in training: `x @ kernel` and its
+    # gradients, the kernel's computed transposed when the input is the
+    # wider (16 -> 8, as 1024 -> 256 in the model) and directly otherwise.
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(2, 5, units)), dtype)
+    kernel = tf.Variable(rng.normal(size=(units, width)).astype("float32"))
+    upstream = tf.constant(rng.normal(size=(2, 5, width)), dtype)
+    results = []
+    for function in (lambda v: tf.matmul(v, tf.cast(kernel, dtype)), lambda v: project(v, kernel)):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = function(x)
+        gradients = tape.gradient(y, [x, kernel], upstream)
+        assert y.dtype == x.dtype and y.shape == (2, 5, width) and gradients[1].shape == (units, width)
+        results.append([tf.cast(v, tf.float32).numpy() for v in [y, *gradients]])
+    tolerance = {"float32": 1e-5, "bfloat16": 3e-2}[dtype]
+    for ours, reference in zip(*results):
+        np.testing.assert_allclose(ours, reference, rtol=tolerance, atol=tolerance)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
