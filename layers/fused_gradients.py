@@ -27,7 +27,9 @@ were slower under XLA than in TensorFlow's kernels.
 
 `dense` is the feed-forward's first projection in training, written so that
 its input gradient runs on oneDNN's fast path (see there); `dense_gelu` is
-that projection and GELU, its bias added in GELU's compiled pass.
+that projection and GELU, its bias added in GELU's compiled pass; `project`
+is the second projection, without its bias. All three take their kernel's
+gradient in the form oneDNN runs faster for its shape (`_kernel_gradient`).
 `residual_norm` is a post-norm sub-layer's end in training - the sub-layer's
 last bias, dropout, residual add, layer normalization - compiled into one
 pass each way, which on the whole model outweighs XLA's slower reductions
