@@ -55,6 +55,75 @@ def training_flops_per_token(vocabulary_size, embedding_size, hidden_size, num_l
     return 3 * forward
 
 
+def step_matmuls(vocabulary_size, embedding_size, hidden_size, num_layers, num_heads, intermediate_size,
+                 max_length, batch_size):
+    """The matrix products of one training step, `[(count, (batch, m, k, n)), ...]`:
+    forward, input gradient and kernel gradient of the E x H projection and
+    of every layer's query, key, value, output and feed-forward kernels, and
+    of the attention's scores and mix (batch over sequences and heads).
+    Their FLOPs are `training_flops_per_token` times the step's tokens."""
+    del vocabulary_size  # a lookup, not a product
+    tokens, head_size, heads = batch_size * max_length, hidden_size // num_heads, batch_size * num_heads
+    products = []
+    for count, inputs, outputs in ((1, embedding_size, hidden_size), (4 * num_layers, hidden_size, hidden_size),
+                                   (num_layers, hidden_size, intermediate_size),
+                                   (num_layers, intermediate_size, hidden_size)):
+        products += [(count, (1, tokens, inputs, outputs)),   # x @ W
+                     (count, (1, tokens, outputs, inputs)),   # dY @ W^T
+                     (count, (1, inputs, tokens, outputs))]   # x^T @ dY
+    # Scores Q K^T and its gradient dMix V^T: (L, d) by (d, L); the mix P V
+    # and the gradients dS K, dS^T Q, P^T dMix: (L, L) by (L, d).
+    products += [(2 * num_layers, (heads, max_length, head_size, max_length)),
+                 (4 * num_layers, (heads, max_length, max_length, head_size))]
+    return products
+
+
+def matmul_ceiling(products, dtype="float32", chain=4, repeats=7):
+    """GFLOP/s of `products` (`step_matmuls`' list) done alone, one after
+    another: each product's median time over `repeats` runs of `chain`
+    products on distinct operands (read from memory, as in a step, not from
+    a cache), ordered by control dependencies so that none overlap, times
+    its count. The most a step of them can reach: a step's utilization
+    over this rate's is the share of its time its matmuls take."""
+    total_seconds = total_flops = 0.0
+    for count, (batch, m, k, n) in products:
+        shape = (batch,) if batch > 1 else ()
+        lefts = [tf.random.normal(shape + (m, k), dtype=dtype) for _ in range(chain)]
+        rights = [tf.random.normal(shape + (k, n), dtype=dtype) for _ in range(chain)]
+
+        @tf.function
+        def run(lefts, rights):
+            corners = []
+            for left, right in zip(lefts, rights):
+                with tf.control_dependencies(corners[-1:]):
+                    corners.append(tf.matmul(left, right)[..., :1, :1])
+            return corners
+
+        run(lefts, rights)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            [corner.numpy() for corner in run(lefts, rights)]
+            times.append(time.perf_counter() - start)
+        total_seconds += count * np.median(times) / chain
+        total_flops += count * 2 * batch * m * k * n
+    return total_flops / total_seconds / 1e9
+
+
+def memory_bandwidth(megabytes=256, repeats=7):
+    """GB/s of an elementwise pass (`x * 2`, float32) read and written,
+    median of `repeats`: what the activations' passes between the matmuls run at."""
+    x = tf.random.normal((megabytes * 2**18,))
+    double = tf.function(lambda x: (x * 2)[:1])
+    double(x).numpy()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        double(x).numpy()
+        times.append(time.perf_counter() - start)
+    return 2 * megabytes * 2**20 / np.median(times) / 1e9
+
+
 def timed_steps(trainer, iterator, steps, warmup_steps):
     """Seconds `trainer` takes for `steps` training steps from `iterator`,
     after `warmup_steps` untimed ones (tracing, first compiled steps)."""

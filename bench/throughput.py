@@ -14,7 +14,12 @@ Prints tokens/s (median of rounds), the ratio, model-FLOP utilization
 against the peak of a 2048^3 matmul measured in every round (the highest
 round's: a single measurement can land in a slow spell of the host and
 flatter the utilization), the ratio of each round, and real (non-padding)
-tokens/s on the demo corpus. On a CPU without bfloat16
+tokens/s on the demo corpus. Beside the peak, also every round, two
+figures that say what limits the utilization on this machine: the rate of
+the step's own float32 matmuls done alone, at their shapes (the utilization
+a step of nothing but matmuls would reach; MFU over it is the share of the
+step its matmuls take), and the memory bandwidth of an elementwise pass
+(what the passes between the matmuls run at). On a CPU without bfloat16
 instructions (AVX-512 BF16 or AMX) mixed_bfloat16 is emulated: on a Zen 3
 machine its models had not finished their rounds after 12 minutes, where
 float32's took about 4. `--precisions float32` leaves it out.
@@ -23,7 +28,8 @@ float32's took about 4. `--precisions float32` leaves it out.
 import argparse
 import os
 
-from common import matmul_peak, real_token_fraction, steps_per_second, training_flops_per_token, write_results
+from common import (matmul_ceiling, matmul_peak, memory_bandwidth, real_token_fraction, step_matmuls, steps_per_second,
+                    training_flops_per_token, write_results)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -89,7 +95,8 @@ def main():
     flops = training_flops_per_token(**{k: v for k, v in DIMENSIONS.items() if k != "num_heads"})
     tokens = BATCH * DIMENSIONS["max_length"]
     results = {"dimensions": DIMENSIONS, "batch_size": BATCH, "training_flops_per_token": flops}
-    models, rates, peaks = {}, {}, {}
+    products = step_matmuls(batch_size=BATCH, **DIMENSIONS)
+    models, rates, peaks, ceilings, bandwidths = {}, {}, {}, [], []
     for precision in args.precisions:
         # Each layer keeps the policy it was built under, so the models of
         # both precisions can take turns in one loop.
@@ -109,6 +116,9 @@ def main():
     for _ in range(args.rounds):
         for precision in args.precisions:
             peaks[precision].append(matmul_peak("bfloat16" if precision == "mixed_bfloat16" else "float32"))
+            if precision == "float32":
+                ceilings.append(matmul_ceiling(products))
+                bandwidths.append(memory_bandwidth())
             for name, (model, hub) in models[precision].items():
                 features, labels = inputs(hub)
                 rates[precision][name].append(tokens * steps_per_second(model, features, labels, BATCH, args.steps))
@@ -121,6 +131,11 @@ def main():
             name: [float(x) for x in r]
             for name, r in {**rates[precision], "matmul_peak_gflops": peaks[precision]}.items()}
     float32_peak = results["float32"]["matmul_peak_gflops"]
+    # The highest rounds', as for the peak: the best the machine did.
+    results["float32"]["step_matmuls_gflops"] = float(max(ceilings))
+    results["memory_bandwidth_gb_per_s"] = float(max(bandwidths))
+    results["rounds"]["float32"]["step_matmuls_gflops"] = [float(x) for x in ceilings]
+    results["rounds"]["memory_bandwidth_gb_per_s"] = [float(x) for x in bandwidths]
     bucket = TrainConfig().length_bucket
     padded, bucketed = real_token_fractions(bucket)
     results["real_token_fraction_demo_corpus"] = {"padded": padded, f"length_bucket_{bucket}": bucketed}
@@ -147,6 +162,13 @@ def main():
     for precision in args.precisions:
         print(f"matmul peak {precision} per round: " + ", ".join(
             f"{p:.0f}" for p in results["rounds"][precision]["matmul_peak_gflops"]) + " GFLOP/s")
+    ceiling = results["float32"]["step_matmuls_gflops"] / float32_peak
+    print(f"float32 matmuls of a step alone, at their shapes: {results['float32']['step_matmuls_gflops']:.0f} "
+          f"GFLOP/s, an MFU ceiling of {ceiling:.0%}; share of the step in matmuls at that rate (MFU / ceiling): "
+          + ", ".join(f"{name} {results['float32'][name] * flops / 1e9 / float32_peak / ceiling:.0%}"
+                      for name in ("ours", "keras_hub")))
+    print(f"memory bandwidth of an elementwise float32 pass: {results['memory_bandwidth_gb_per_s']:.1f} GB/s "
+          f"({float32_peak / results['memory_bandwidth_gb_per_s']:.0f} FLOP of the matmul peak per byte)")
     rate = results["float32"]["ours"]
     print(f"real (non-padding) tokens on the demo corpus at max length 128: {padded:.1%} of positions "
           f"padded to max length (ours f32: {rate * padded:,.0f} real tokens/s), {bucketed:.1%} with "
