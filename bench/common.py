@@ -34,12 +34,17 @@ def matmul_peak(dtype="float32", size=2048, repeats=10, warmup=5):
     step = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
     for _ in range(warmup):
         step().numpy()
+    return 2 * size**3 / median_seconds(lambda: step().numpy(), repeats) / 1e9
+
+
+def median_seconds(run, repeats):
+    """The median of `repeats` timings of `run()`, in seconds."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        step().numpy()
+        run()
         times.append(time.perf_counter() - start)
-    return 2 * size**3 / np.median(times) / 1e9
+    return float(np.median(times))
 
 
 def training_flops_per_token(vocabulary_size, embedding_size, hidden_size, num_layers,
@@ -100,12 +105,8 @@ def matmul_ceiling(products, dtype="float32", chain=4, repeats=7):
             return corners
 
         run(lefts, rights)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            [corner.numpy() for corner in run(lefts, rights)]
-            times.append(time.perf_counter() - start)
-        total_seconds += count * np.median(times) / chain
+        seconds = median_seconds(lambda: [corner.numpy() for corner in run(lefts, rights)], repeats)
+        total_seconds += count * seconds / chain
         total_flops += count * 2 * batch * m * k * n
     return total_flops / total_seconds / 1e9
 
@@ -116,12 +117,7 @@ def memory_bandwidth(megabytes=256, repeats=7):
     x = tf.random.normal((megabytes * 2**18,))
     double = tf.function(lambda x: (x * 2)[:1])
     double(x).numpy()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        double(x).numpy()
-        times.append(time.perf_counter() - start)
-    return 2 * megabytes * 2**20 / np.median(times) / 1e9
+    return 2 * megabytes * 2**20 / median_seconds(lambda: double(x).numpy(), repeats) / 1e9
 
 
 def timed_steps(trainer, iterator, steps, warmup_steps):

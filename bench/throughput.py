@@ -88,7 +88,8 @@ def main():
     parser.add_argument("--precisions", type=lambda v: v.split(","), default=["float32", "mixed_bfloat16"],
                         help="comma-separated, float32 first (its peak is the MFU's and its keras-hub rate the ratios')")
     parser.add_argument("--out", default=os.path.join("bench", "results", "throughput.json"),
-                        help="JSON of the medians, each round's rates and matmul peaks, and FLOPs per token")
+                        help="JSON of the medians, each round's rates, matmul peaks, float32 step-matmul rates and "
+                        "memory bandwidths, and FLOPs per token")
     args = parser.parse_args()
     if args.precisions[0] != "float32" or not set(args.precisions) <= {"float32", "mixed_bfloat16"}:
         parser.error("--precisions: float32, optionally followed by mixed_bfloat16")
