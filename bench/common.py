@@ -86,9 +86,9 @@ def step_matmuls(vocabulary_size, embedding_size, hidden_size, num_layers, num_h
 def matmul_ceiling(products, dtype="float32", chain=4, repeats=7):
     """GFLOP/s of `products` (`step_matmuls`' list) done alone, one after
     another: each product's median time over `repeats` runs of `chain`
-    products on distinct operands (read from memory, as in a step, not from
-    a cache), ordered by control dependencies so that none overlap, times
-    its count. The most a step of them can reach: a step's utilization
+    products on distinct operands (no product finds its operands left in
+    the cache by the one before), ordered by control dependencies so that
+    none overlap, times its count. The most a step of them can reach: a step's utilization
     over this rate's is the share of its time its matmuls take."""
     total_seconds = total_flops = 0.0
     for count, (batch, m, k, n) in products:
