@@ -49,15 +49,21 @@ def median_seconds(run, repeats):
 
 def training_flops_per_token(vocabulary_size, embedding_size, hidden_size, num_layers,
                              intermediate_size, max_length):
-    """Analytical training FLOPs per token: 3x forward (forward + two backward matmuls).
+    """Analytical training FLOPs per token: 3x forward (forward + two backward matmuls),
+    those of `step_matmuls`' products.
 
     Forward per token: the E x H projection, then per layer Q, K, V, output
     (4 H^2), the feed-forward (2 H F) and the attention scores and mix
-    (2 x 2 L H). The embedding lookup and the head are left out.
+    (2 x 2 L H, whatever the heads). The embedding lookup and the head are left out.
     """
-    per_layer = 4 * hidden_size**2 + 2 * hidden_size * intermediate_size
-    forward = 2 * (embedding_size * hidden_size + num_layers * per_layer) + num_layers * 4 * max_length * hidden_size
-    return 3 * forward
+    products = step_matmuls(vocabulary_size, embedding_size, hidden_size, num_layers, 1, intermediate_size,
+                            max_length, batch_size=1)
+    return sum(count * _flops(*shape) for count, shape in products) // max_length
+
+
+def _flops(batch, m, k, n):
+    """FLOPs of a `(batch, m, k)` by `(batch, k, n)` product."""
+    return 2 * batch * m * k * n
 
 
 def step_matmuls(vocabulary_size, embedding_size, hidden_size, num_layers, num_heads, intermediate_size,
@@ -65,8 +71,7 @@ def step_matmuls(vocabulary_size, embedding_size, hidden_size, num_layers, num_h
     """The matrix products of one training step, `[(count, (batch, m, k, n)), ...]`:
     forward, input gradient and kernel gradient of the E x H projection and
     of every layer's query, key, value, output and feed-forward kernels, and
-    of the attention's scores and mix (batch over sequences and heads).
-    Their FLOPs are `training_flops_per_token` times the step's tokens."""
+    of the attention's scores and mix (batch over sequences and heads)."""
     del vocabulary_size  # a lookup, not a product
     tokens, head_size, heads = batch_size * max_length, hidden_size // num_heads, batch_size * num_heads
     products = []
@@ -88,8 +93,9 @@ def matmul_ceiling(products, dtype="float32", chain=4, repeats=7):
     another: each product's median time over `repeats` runs of `chain`
     products on distinct operands (no product finds its operands left in
     the cache by the one before), ordered by control dependencies so that
-    none overlap, times its count. The most a step of them can reach: a step's utilization
-    over this rate's is the share of its time its matmuls take."""
+    none overlap, times its count. The most a step of them can reach: a
+    step's utilization over this rate's is the share of its time its
+    matmuls take."""
     total_seconds = total_flops = 0.0
     for count, (batch, m, k, n) in products:
         shape = (batch,) if batch > 1 else ()
@@ -107,7 +113,7 @@ def matmul_ceiling(products, dtype="float32", chain=4, repeats=7):
         run(lefts, rights)
         seconds = median_seconds(lambda: [corner.numpy() for corner in run(lefts, rights)], repeats)
         total_seconds += count * seconds / chain
-        total_flops += count * 2 * batch * m * k * n
+        total_flops += count * _flops(batch, m, k, n)
     return total_flops / total_seconds / 1e9
 
 
