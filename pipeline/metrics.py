@@ -3,15 +3,21 @@
 import numpy as np
 
 
-def classification_report(labels, predictions, label_names):
-    """Accuracy, macro-F1, per-class precision/recall/F1 and the confusion matrix.
+# The validation scores `train.best_metric` may keep an epoch on.
+BEST_METRICS = ("loss", "accuracy", "macro_f1")
+
+
+def classification_report(labels, probabilities, label_names):
+    """Accuracy, macro-F1, loss, per-class precision/recall/F1 and the confusion matrix.
 
     Args:
         labels: int array of true class ids.
-        predictions: int array of predicted class ids, same length.
+        probabilities: float array of class probabilities, one row per label;
+            an example is predicted as its most probable class.
         label_names: class names, indexed by id.
     """
-    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    labels, probabilities = np.asarray(labels), np.asarray(probabilities)
+    predictions = np.argmax(probabilities, axis=-1)
     classes = len(label_names)
     confusion = np.zeros((classes, classes), "int64")  # rows: true, columns: predicted
     np.add.at(confusion, (labels, predictions), 1)
@@ -28,10 +34,26 @@ def classification_report(labels, predictions, label_names):
         "examples": int(len(labels)),
         "accuracy": float(true_positives.sum() / max(len(labels), 1)),
         "macro_f1": float(f1.mean()),
+        "loss": log_loss(labels, probabilities),
         "per_class": {name: {k: float(v) if k != "support" else v for k, v in stats.items()}
                       for name, stats in per_class.items()},
         "confusion_matrix": {"labels": list(label_names), "rows_true_columns_predicted": confusion.tolist()},
     }
+
+
+def log_loss(labels, probabilities):
+    """The mean cross-entropy of the true classes' probabilities (clipped
+    to 1e-7, as Keras's loss clips them): the classifier's training loss."""
+    if not len(labels):
+        return 0.0
+    true = np.asarray(probabilities, "float64")[np.arange(len(labels)), labels]
+    return float(-np.mean(np.log(np.clip(true, 1e-7, 1.0))))
+
+
+def selection_score(report, metric):
+    """`report`'s `metric` (one of `BEST_METRICS`) as a score that is higher
+    the better: the loss negated."""
+    return -report["loss"] if metric == "loss" else report[metric]
 
 
 def format_report(report):
@@ -42,7 +64,7 @@ def format_report(report):
         lines.append(f"{name:<{width}}  {stats['precision']:9.4f}  {stats['recall']:6.4f}"
                      f"  {stats['f1']:5.4f}  {stats['support']:7d}")
     lines.append(f"accuracy {report['accuracy']:.4f}   macro-F1 {report['macro_f1']:.4f}"
-                 f"   examples {report['examples']}")
+                 f"   loss {report['loss']:.4f}   examples {report['examples']}")
     return "\n".join(lines)
 
 

@@ -37,7 +37,7 @@ from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.files import atomic_write
 from pipeline.labels import load_label_names
-from pipeline.metrics import classification_report, format_report
+from pipeline.metrics import classification_report, format_report, selection_score
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
 from pipeline.readers import DataError
@@ -119,7 +119,8 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
         json.dump(report, f, indent=2, ensure_ascii=False)
     if held_out is not None:
         print(f"validation (the kept epoch{'s' if len(kept) > 1 else ''}, on the held-out training examples): "
-              f"accuracy {report['validation']['accuracy']:.4f}, macro-F1 {report['validation']['macro_f1']:.4f}")
+              f"accuracy {report['validation']['accuracy']:.4f}, macro-F1 {report['validation']['macro_f1']:.4f}, "
+              f"loss {report['validation']['loss']:.4f}")
         print("On the evaluation files, the exported model"
               f"{' (the refit, trained on all the training files)' if config.train.refits else ''}:")
     print(format_report(report))
@@ -150,7 +151,7 @@ def scored_on(report, models, evaluation, names, strategy, batch_size):
     the scores of `models` (the exported ones) on `evaluation` in place of its
     own, which move under `validation`."""
     scores = ensemble_report(models, evaluation, names, strategy, batch_size)
-    validation = {key: report[key] for key in ("accuracy", "macro_f1", "examples")}
+    validation = {key: report[key] for key in ("accuracy", "macro_f1", "loss", "examples")}
     rest = {key: value for key, value in report.items() if key not in scores and key != "validation"}
     return {**scores, **rest, "validation": validation,
             "skipped_rows": {**report["skipped_rows"], "eval": evaluation.skipped}}
@@ -163,7 +164,7 @@ def ensemble_report(models, split, names, strategy, batch_size):
     if any(not np.array_equal(other, labels) for _, other in predictions):
         raise RuntimeError("the members' evaluation batches came in different orders")  # never expected
     probabilities = np.mean([member_probabilities for member_probabilities, _ in predictions], axis=0)
-    return classification_report(labels, np.argmax(probabilities, axis=-1), names)
+    return classification_report(labels, probabilities, names)
 
 
 def train_members(config, report, models, kept, model_dir, train_paths, eval_paths, tpu, strategy, init_from,
@@ -318,8 +319,10 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
         with eval_writer.as_default(step=int(trainer.step.numpy())):
             tf.summary.scalar("accuracy", report["accuracy"])
             tf.summary.scalar("macro_f1", report["macro_f1"])
-        print(f"validation accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f}")
-        return report[config.train.best_metric]
+            tf.summary.scalar("loss", report["loss"])
+        print(f"validation accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f}, "
+              f"loss {report['loss']:.4f}")
+        return selection_score(report, config.train.best_metric)
 
     epoch_losses = trainer.fit(_training_batches(config, strategy, train), len(train), epochs, on_epoch_end)
     model.load_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
@@ -353,7 +356,7 @@ def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None)
 
 def _evaluate(trainer, split, names):
     probabilities, labels = trainer.predict(split)
-    return classification_report(labels, np.argmax(probabilities, axis=-1), names)
+    return classification_report(labels, probabilities, names)
 
 
 def _print_skipped(skipped):

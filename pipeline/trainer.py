@@ -27,7 +27,9 @@ from pipeline.strategy import output_dir
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_WEIGHTS = "best.weights.h5"
-BEST_EPOCH = "best_epoch.json"  # the epoch best.weights.h5 holds, and its validation score
+# The epoch best.weights.h5 holds, and its validation score, higher the
+# better (with train.best_metric "loss", the loss negated).
+BEST_EPOCH = "best_epoch.json"
 EPOCH_LOSSES = "epoch_losses.json"  # the mean training loss of each finished epoch
 
 
@@ -230,7 +232,7 @@ class Trainer:
         `make_dataset(epoch=, skip_batches=, input_context=)` returns one
         epoch of global-batch-size batches (e.g. `dataset.train_dataset` with
         its split, batch size and seed bound). `on_epoch_end(epoch)` returns
-        the validation score; the weights with the best score so far (the
+        the validation score, higher the better; the weights with the best score so far (the
         latest ones without `keep_best_epoch`) are saved to
         `best.weights.h5` in `output_dir` and their epoch (counted from 1)
         and score to `best_epoch.json`. With `weight_averaging`, the model

@@ -19,6 +19,7 @@ from process_helper import free_ports
 from pipeline.config import Config, override
 from pipeline.dataset import Split, hold_out, load_split, tokenize, train_dataset
 from pipeline.demo_corpus import write_demo_corpus
+from pipeline.metrics import log_loss
 from pipeline.model import build_model
 from pipeline.model_dir import REFIT_DIR, load_run, restore_model, restore_variables
 from pipeline.pretrain import pretrain
@@ -283,13 +284,15 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
 
 
 def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trains_on_all_and_eval_only_scores(
-        tmp_path, corpus):
+        tmp_path, corpus, capsys):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
 
     from pipeline.export import latest_export
 
     run = str(tmp_path / "run")
     report = train_and_evaluate(_default_split_config(), run, *corpus)
+    epoch_losses = [float(loss) for loss in re.findall(r"^validation accuracy .*, loss ([0-9.]+)$",
+                                                       capsys.readouterr().out, re.MULTILINE)]
     kept_examples, held_out = _held_out(corpus)
     assert len(held_out) == 64 and len(kept_examples) == 640 - 64
     assert report["validation"]["examples"] == 64 and report["examples"] == 200
@@ -301,10 +304,15 @@ def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trai
         predicted = np.asarray(names)[np.argmax(model(tokenize(tokenizer, examples.texts)), axis=-1)]
         return np.mean(predicted == np.asarray(examples.labels))
 
-    # The held-out examples kept the epoch and give the validation scores; the evaluation
-    # files score the export, the refit.
+    # The held-out examples kept the epoch of their lowest loss and give the validation scores;
+    # the evaluation files score the export, the refit.
+    held_out_loss = log_loss([names.index(label) for label in held_out.labels],
+                             held_out_model(tokenize(tokenizer, held_out.texts)))
+    assert len(epoch_losses) == 2 and held_out_loss == pytest.approx(min(epoch_losses), abs=1e-4)
     with open(os.path.join(run, "best_epoch.json")) as f:
-        assert json.load(f)["score"] == pytest.approx(accuracy(held_out_model, held_out))
+        assert json.load(f) == {"epoch": 1 + epoch_losses.index(min(epoch_losses)),
+                                "score": pytest.approx(-held_out_loss, rel=1e-5)}
+    assert report["validation"]["loss"] == pytest.approx(held_out_loss, rel=1e-5)
     assert report["validation"]["accuracy"] == pytest.approx(accuracy(held_out_model, held_out))
     examples = read_examples(corpus[1])
     assert report["accuracy"] == pytest.approx(accuracy(refit, examples))
