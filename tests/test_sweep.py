@@ -132,13 +132,15 @@ def test_every_random_trial_completes_with_a_score(tmp_path, corpus):
     np.testing.assert_allclose(probabilities["probabilities"].numpy().sum(), 1.0, atol=1e-5)
 
 
-@pytest.mark.parametrize("tuner", ["hyperband", "bayesian"])
-def test_hyperband_and_bayesian_trials_complete(tmp_path, corpus, tuner):
+@pytest.mark.parametrize("tuner, objective", [("hyperband", "val_macro_f1"), ("bayesian", "val_loss")])
+def test_hyperband_and_bayesian_trials_complete(tmp_path, corpus, tuner, objective):
     base = {**BASE, "train": {**BASE["train"], "epochs": 2}}
     rows = run_sweep(Config.from_dict(base), str(tmp_path / tuner), *corpus, tuner, max_trials=2,
-                     objective="val_macro_f1", space_overrides=SPACE)
+                     objective=objective, space_overrides=SPACE)
     assert len(rows) >= 2 and all(r["status"] == "COMPLETED" for r in rows)
-    assert all(r["score"] == r["val_macro_f1"] for r in rows)
+    assert all(r["score"] == r[objective] for r in rows)
+    scores = [r["score"] for r in rows]  # the best trial first: the lowest loss, the highest macro-F1
+    assert scores == sorted(scores, reverse=objective != "val_loss") and len(set(scores)) > 1
 
 
 def test_trials_learn_the_vocabulary_size_they_sample(tmp_path, corpus):

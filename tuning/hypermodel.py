@@ -25,7 +25,8 @@ from pipeline.tokenizer import Tokenizer
 from pipeline.train import PRETRAIN_DIR, fit_and_evaluate, pretrain_on_training_texts
 from tuning.search_space import sample
 
-OBJECTIVES = {"val_accuracy": "accuracy", "val_macro_f1": "macro_f1"}
+# Each objective: the kept epoch's validation score and its better direction.
+OBJECTIVES = {"val_loss": ("loss", "min"), "val_accuracy": ("accuracy", "max"), "val_macro_f1": ("macro_f1", "max")}
 # In a trial directory without pretrain/: the other trial's pre-training it started from.
 PRETRAINED_FROM = "pretrained_from.json"
 
@@ -129,7 +130,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
             initialize_from(model, pretrain_dir, config.model, tokenizer.vocabulary)
         report = fit_and_evaluate(model, config, self.strategy, train, evaluation, names,
                                   trial_dir, epochs=epochs)
-        return {name: report[key] for name, key in OBJECTIVES.items()}
+        return {name: report[key] for name, (key, _) in OBJECTIVES.items()}
 
 
 def save_json(path, state):
@@ -199,7 +200,7 @@ class SweepTuner(keras_tuner.Tuner):
 
 def make_oracle(kind, objective, max_trials, seed, max_epochs):
     """The KerasTuner oracle for `--tuner`."""
-    objective = keras_tuner.Objective(objective, direction="max")
+    objective = keras_tuner.Objective(objective, direction=OBJECTIVES[objective][1])
     if kind == "random":
         return RandomSearchOracle(objective, max_trials=max_trials, seed=seed)
     if kind == "bayesian":

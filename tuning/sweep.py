@@ -2,7 +2,7 @@
 
     python -m tuning.sweep --train FILES --eval FILES --directory DIR \\
         --tuner {random,hyperband,bayesian} [--max-trials N] \\
-        [--objective val_accuracy|val_macro_f1] [--space FILE|JSON] [--tpu [NAME|local]] [--export-best]
+        [--objective val_accuracy|val_macro_f1|val_loss] [--space FILE|JSON] [--tpu [NAME|local]] [--export-best]
 
 Trials keep their best epoch on, and are scored on, --eval: give it a
 validation set, not the test split (train.validation_split and train.refit
@@ -79,7 +79,8 @@ def results_table(oracle, objective):
                    for name in OBJECTIVES}
         rows.append({"trial": trial.trial_id, "status": trial.status, "score": trial.score,
                      **metrics, **trial.hyperparameters.values})
-    return sorted(rows, key=lambda r: -(r["score"] if r["score"] is not None else -1))
+    better = 1 if OBJECTIVES[objective][1] == "max" else -1  # best first, trials without a score last
+    return sorted(rows, key=lambda r: (r["score"] is None, -better * (r["score"] or 0)))
 
 
 def format_results(rows):
