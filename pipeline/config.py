@@ -228,14 +228,14 @@ class TrainConfig:
     # Validation score that keeps the best epoch: "loss" (the lowest
     # cross-entropy), "accuracy" or "macro_f1" (the highest). The loss tells
     # epochs apart where accuracy cannot: on bench/accuracy.py's tweets
-    # (3,053 held out; six fine-tunings from three default
-    # pre-trainings, Xeon, float32) the other epochs' held-out accuracies
-    # trailed the best by 0.4-2.8 paired standard errors, their losses by
-    # 2.0-8.6. Accuracy kept the first of the 3 epochs twice (by 11 and 7
-    # examples), whose refits scored 0.7631 and 0.7681 on the test split
-    # against 0.7738 and 0.7771 after the second; the loss kept the second
-    # every time, each time the best refit of the three (mean 0.7760
-    # against accuracy's 0.7727 and TF-IDF's 0.7741; bench/README.md).
+    # (3,053 held out; nine fine-tunings from three default pre-trainings,
+    # Xeon, float32) the other epochs' held-out accuracies trailed the best
+    # by 0-2.8 paired standard errors, their losses by 1.3-8.6. Accuracy
+    # kept the first of the 3 epochs three times (by 11, 7 and 4 examples),
+    # whose refits scored 0.7631 / 0.7681 / 0.7662 on the test split against
+    # 0.7738 / 0.7771 / 0.7770 after the second; the loss kept the second
+    # every time, each time the best refit of the three (mean 0.7755 against
+    # accuracy's 0.7721 and TF-IDF's 0.7741; bench/README.md).
     best_metric: str = "loss"
     # Keep (save as best.weights.h5, export) the epoch with the best
     # validation score (see validation_split); false keeps the last epoch of
