@@ -485,6 +485,9 @@ def test_missing_eval_files_and_negative_pretraining_fail_before_any_work(tmp_pa
     with pytest.raises(SystemExit, match=r"error: train.validation_split must be at least 0 and under 1, got 1.0"):
         train_main(["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1],
                     "--validation-split", "1"])
+    with pytest.raises(SystemExit, match="error: train.best_metric must be one of loss, accuracy, macro_f1, got 'f1'"):
+        train_main(["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1],
+                    "--best-metric", "f1"])
     assert not os.path.exists(tmp_path / "run")
 
 
