@@ -232,8 +232,8 @@ class Trainer:
         `make_dataset(epoch=, skip_batches=, input_context=)` returns one
         epoch of global-batch-size batches (e.g. `dataset.train_dataset` with
         its split, batch size and seed bound). `on_epoch_end(epoch)` returns
-        the validation score, higher the better; the weights with the best score so far (the
-        latest ones without `keep_best_epoch`) are saved to
+        the validation score, higher the better; the weights with the best
+        score so far (the latest ones without `keep_best_epoch`) are saved to
         `best.weights.h5` in `output_dir` and their epoch (counted from 1)
         and score to `best_epoch.json`. With `weight_averaging`, the model
         holds the moving averages of its weights while it is scored and
