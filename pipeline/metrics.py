@@ -2,9 +2,9 @@
 
 import numpy as np
 
-
-# The validation scores `train.best_metric` may keep an epoch on.
-BEST_METRICS = ("loss", "accuracy", "macro_f1")
+# The validation scores `train.best_metric` may keep an epoch on (and a
+# sweep rank its trials by), each with the direction that is better.
+BEST_METRICS = {"loss": "min", "accuracy": "max", "macro_f1": "max"}
 
 
 def classification_report(labels, probabilities, label_names):
@@ -53,7 +53,7 @@ def log_loss(labels, probabilities):
 def selection_score(report, metric):
     """`report`'s `metric` (one of `BEST_METRICS`) as a score that is higher
     the better: the loss negated."""
-    return -report["loss"] if metric == "loss" else report[metric]
+    return report[metric] if BEST_METRICS[metric] == "max" else -report[metric]
 
 
 def format_report(report):

@@ -18,6 +18,7 @@ import keras_tuner
 from pipeline.config import override
 from pipeline.dataset import learn_tokenizer, load_split, read_split
 from pipeline.files import atomic_write
+from pipeline.metrics import BEST_METRICS
 from pipeline.model import build_model
 from pipeline.model_dir import check_or_save_config, has_vocabulary, save_vocabulary
 from pipeline.pretrain import finished_pretraining, initialize_from
@@ -25,8 +26,9 @@ from pipeline.tokenizer import Tokenizer
 from pipeline.train import PRETRAIN_DIR, fit_and_evaluate, pretrain_on_training_texts
 from tuning.search_space import sample
 
-# Each objective: the kept epoch's validation score and its better direction.
-OBJECTIVES = {"val_loss": ("loss", "min"), "val_accuracy": ("accuracy", "max"), "val_macro_f1": ("macro_f1", "max")}
+# Each objective: the kept epoch's validation score (`--objective val_loss`
+# is `report["loss"]`), and its better direction.
+OBJECTIVES = {f"val_{metric}": (metric, direction) for metric, direction in BEST_METRICS.items()}
 # In a trial directory without pretrain/: the other trial's pre-training it started from.
 PRETRAINED_FROM = "pretrained_from.json"
 
