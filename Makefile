@@ -34,18 +34,8 @@ demo: install
 	  | $(BIN)/python -m pipeline.predict --model $(DEMO_DIR)/export --format tsv
 
 # Most of the suite's time is single-threaded (tracing graphs, starting the
-# processes that tests kill and resume), so one process kept about one of
-# CI's 2 cores busy: on the 2-core Zen 3 machine the suite took 18-25 minutes
-# in one process (four runs), 8.7-15.4 in two (six fresh clones' .ci/run:
-# 9.9-17.4 with the set-up; the machine is shared and its speed varies); on
-# the Zen 4 machine, at the issue's reference speed, 7.1-8.1 in two (three
-# fresh clones' .ci/run: 8.0-9.2 with the set-up), 8.4-9.1 since the default
-# run refits (two fresh clones; 9.6 with the set-up in the second), 10.4
-# (11.7 with the set-up) with the weight average and 10.7 (11.9) with the
-# 16-step host loop, in slow spells of the host that made the product's
-# masked-LM epochs 20-30% slower; 9.1 and 9.8 (10.3 and 11.1 with the
-# set-up) for 186 tests with masked-LM in steps of 64, in a calmer hour;
-# 10.3 (11.5) for 187 in a slow hour.
+# processes that tests kill and resume), so one process keeps about one of
+# CI's 2 cores busy; two take about half the time (the README has figures).
 # Work-stealing evens out the tests' lengths (from under a second to 3
 # minutes). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
