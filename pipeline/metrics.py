@@ -56,6 +56,11 @@ def selection_score(report, metric):
     return report[metric] if BEST_METRICS[metric] == "max" else -report[metric]
 
 
+def scores_line(report):
+    """`report`'s accuracy, macro-F1 and loss on one line."""
+    return f"accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f}, loss {report['loss']:.4f}"
+
+
 def format_report(report):
     """A plain-text table of a `classification_report`."""
     width = max([len("class")] + [len(name) for name in report["per_class"]])

@@ -37,7 +37,7 @@ from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.files import atomic_write
 from pipeline.labels import load_label_names
-from pipeline.metrics import classification_report, format_report, selection_score
+from pipeline.metrics import classification_report, format_report, scores_line, selection_score
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
 from pipeline.readers import DataError
@@ -119,8 +119,7 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
         json.dump(report, f, indent=2, ensure_ascii=False)
     if held_out is not None:
         print(f"validation (the kept epoch{'s' if len(kept) > 1 else ''}, on the held-out training examples): "
-              f"accuracy {report['validation']['accuracy']:.4f}, macro-F1 {report['validation']['macro_f1']:.4f}, "
-              f"loss {report['validation']['loss']:.4f}")
+              + scores_line(report["validation"]))
         print("On the evaluation files, the exported model"
               f"{' (the refit, trained on all the training files)' if config.train.refits else ''}:")
     print(format_report(report))
@@ -320,8 +319,7 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
             tf.summary.scalar("accuracy", report["accuracy"])
             tf.summary.scalar("macro_f1", report["macro_f1"])
             tf.summary.scalar("loss", report["loss"])
-        print(f"validation accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f}, "
-              f"loss {report['loss']:.4f}")
+        print(f"validation {scores_line(report)}")
         return selection_score(report, config.train.best_metric)
 
     epoch_losses = trainer.fit(_training_batches(config, strategy, train), len(train), epochs, on_epoch_end)
