@@ -23,6 +23,8 @@ ms on the first machine).
 import keras
 import tensorflow as tf
 
+from layers import fast_path
+
 _LEVELS = 1 << 16
 
 
@@ -96,8 +98,9 @@ class Dropout(keras.layers.Dropout):
 
     @property
     def hashed(self):
-        """Whether training calls `dropout` above (else Keras's dropout)."""
-        return self.noise_shape is None and round(self.rate * _LEVELS) < _LEVELS
+        """Whether training calls `dropout` above (else Keras's dropout, as
+        with `layers.fast_path` off)."""
+        return fast_path.enabled() and self.noise_shape is None and round(self.rate * _LEVELS) < _LEVELS
 
     def call(self, inputs, training=False):
         if not training or self.rate == 0 or not self.hashed:

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from layers import fused_gradients
+from layers import fast_path, fused_gradients
 from layers.dropout import Dropout
 from layers.layer_normalization import LayerNormalization
 
@@ -124,6 +124,8 @@ class TransformerBlock(keras.layers.Layer):
         training=None,
         return_attention_scores=False,
     ):
+        if not fast_path.enabled():
+            return self._call_plain(inputs, attention_mask, training, return_attention_scores)
         # A compiled sub-layer end (`_add`) adds the sub-layer's last bias too.
         fused_end = self._ends_compiled(training)
         x = self.attention_norm(inputs) if self.norm_first else inputs
@@ -154,6 +156,27 @@ class TransformerBlock(keras.layers.Layer):
             return outputs, scores
         return outputs
 
+    def _call_plain(self, inputs, attention_mask, training, return_attention_scores):
+        """The block as plain Keras composition: the same weights and values,
+        as a TPU runs it (`layers.fast_path` off), where XLA fuses the step."""
+        x = self.attention_norm(inputs) if self.norm_first else inputs
+        attended = self.attention(  # (batch, length, hidden)
+            x,
+            x,
+            attention_mask=attention_mask,
+            training=training,
+            return_attention_scores=return_attention_scores,
+        )
+        if return_attention_scores:
+            attended, scores = attended  # scores: (batch, heads, length, length)
+        x = self._add(inputs, attended, self.attention_norm, training)
+        y = self.output_norm(x) if self.norm_first else x
+        y = self.output_dense(self.activation(self.intermediate(y)))  # (batch, length, hidden)
+        outputs = self._add(x, y, self.output_norm, training)
+        if return_attention_scores:
+            return outputs, scores
+        return outputs
+
     def _add(self, residual, y, norm, training, bias=None):
         """`residual + dropout(y)`, then `norm` after it in post-norm blocks.
 
@@ -173,7 +196,7 @@ class TransformerBlock(keras.layers.Layer):
     def _ends_compiled(self, training):
         """Whether `_add` ends each sub-layer in one compiled function:
         post-norm training with hashed dropout masks."""
-        return training is True and not self.norm_first and self.dropout.hashed
+        return training is True and not self.norm_first and self.dropout.hashed and fast_path.enabled()
 
     def _feed_forward_hidden(self, x, training):
         """The feed-forward's first projection and activation.
