@@ -59,11 +59,23 @@ def build_optimizer(train_config, total_steps):
         warmup_target=train_config.learning_rate,
         warmup_steps=warmup_steps,
     )
-    optimizer = keras.optimizers.AdamW(
-        learning_rate=schedule, weight_decay=train_config.weight_decay, epsilon=1e-6)
+    optimizer = _SummedGradientsAdamW(
+        learning_rate=schedule, weight_decay=train_config.weight_decay, epsilon=1e-6, name="adamw")
     # Decay the matrices only, as BERT does: not biases nor normalization scales.
     optimizer.exclude_from_weight_decay(var_names=["bias", "norm"])
     return optimizer
+
+
+class _SummedGradientsAdamW(keras.optimizers.AdamW):
+    """AdamW given gradients the trainer has already summed over replicas.
+
+    The trainer sums them itself, once, to clip their global norm (Keras
+    clips each replica's before summing); Keras's TensorFlow optimizers sum
+    replicas again in `_all_reduce_sum_gradients`, which this skips.
+    """
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        return list(grads_and_vars)
 
 
 def _per_example_loss(labels, probabilities, weights=None):
@@ -133,6 +145,16 @@ class Trainer:
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.best_score = tf.Variable(-math.inf, dtype=tf.float64, trainable=False, name="best_score")
         self.optimizer.build(model.trainable_variables)  # so a restore fills its slots
+        self._replica_step, self._gradients = self._train_step, self._forward_backward
+        if train_config.jit_compile:
+            # One XLA program per replica step, as a TPU compiles it. With
+            # several replicas off TPUs, the cross-replica sum runs between
+            # devices, outside any one device's program: the forward and
+            # backward passes are compiled, the update after the sum is not.
+            if strategy.num_replicas_in_sync == 1:
+                self._replica_step = tf.function(self._train_step, jit_compile=True, autograph=False)
+            else:
+                self._gradients = tf.function(self._forward_backward, jit_compile=True, autograph=False)
         self._restored = False
         # The moving averages of the trainable weights (train.weight_averaging),
         # what every epoch is scored and kept with.
@@ -158,16 +180,38 @@ class Trainer:
     def _train_steps(self, iterator, steps):
         # The host loop: `steps` training steps per call, one round trip.
         def body(step):
-            self.strategy.run(self._train_step, args=(next(iterator),))
+            self.strategy.run(self._replica_step, args=(next(iterator),))
             return (step + 1,)
 
         tf.while_loop(lambda step: step < steps, body, (tf.constant(0, steps.dtype),))
 
     def _train_step(self, batch):
+        per_example, gradients, (probabilities, labels, weights) = self._gradients(batch)
+        context = tf.distribute.get_replica_context()
+        if context.num_replicas_in_sync > 1:
+            # An embedding's gradient is IndexedSlices, a row per token
+            # position; their all-reduce gathers the rows, and a collective
+            # gather keeps the shape of its first call, so length-bucketed
+            # steps of another length fail ("Shape mismatch in the collective
+            # instance"). Dense, the gradient has the table's shape every step.
+            gradients = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in gradients]
+            # The one sum over replicas: the optimizer does not sum again.
+            gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+        # Clipped by the global norm of the summed gradient, as on one device.
+        gradients, _ = tf.clip_by_global_norm(gradients, self.config.clip_norm)
+        self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables))
+        if self.averages:
+            context.merge_call(self._update_averages)
+        self.loss.update_state(per_example)
+        self.accuracy.update_state(labels, probabilities, sample_weight=weights)
+
+    def _forward_backward(self, batch):
         # Classification: (ids, labels). Masked-LM: (features, ids, weights)
         # with labels and weights (batch, predictions); weight 0 pads. With
         # several outputs (masked-LM + sentence order), dicts of those by
         # output name; the losses add up, the accuracy is the first output's.
+        # Returns the per-example losses, this replica's gradients, and what
+        # the accuracy is measured on.
         features, labels, *weights = batch
         weights = weights[0] if weights else None
         with tf.GradientTape() as tape:
@@ -180,27 +224,8 @@ class Trainer:
             else:
                 per_example = _per_example_loss(labels, probabilities, weights)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.config.batch_size)
-        variables = self.model.trainable_variables
-        gradients = tape.gradient(loss, variables)
-        # Clip the global gradient: Keras's own clipping runs per replica,
-        # before its all-reduce. The optimizer sums replicas again, hence the
-        # division.
-        context = tf.distribute.get_replica_context()
-        if context.num_replicas_in_sync > 1:
-            # An embedding's gradient is IndexedSlices, a row per token
-            # position; their all-reduce gathers the rows, and a collective
-            # gather keeps the shape of its first call, so length-bucketed
-            # steps of another length fail ("Shape mismatch in the collective
-            # instance"). Dense, the gradient has the table's shape every step.
-            gradients = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in gradients]
-        gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
-        gradients, _ = tf.clip_by_global_norm(gradients, self.config.clip_norm)
-        replicas = tf.cast(context.num_replicas_in_sync, gradients[0].dtype)
-        self.optimizer.apply_gradients(zip([g / replicas for g in gradients], variables))
-        if self.averages:
-            context.merge_call(self._update_averages)
-        self.loss.update_state(per_example)
-        self.accuracy.update_state(labels, probabilities, sample_weight=weights)
+        gradients = tape.gradient(loss, self.model.trainable_variables)
+        return per_example, gradients, (probabilities, labels, weights)
 
     def _update_averages(self, strategy):
         # As tf.train.ExponentialMovingAverage with num_updates: the decay
