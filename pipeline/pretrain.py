@@ -25,13 +25,13 @@ import tensorflow as tf
 
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
-from pipeline.dataset import learn_tokenizer, usable_length_bucket
+from pipeline.dataset import distribute, learn_tokenizer, usable_length_bucket
 from pipeline.files import atomic_write
 from pipeline.masking import masked_lm_dataset, word_ids_of
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
 from pipeline.strategy import (TPUUnavailableError, check_batch_sizes, configure_runtime, finish_run, output_dir,
-                               resolve_strategy)
+                               resolve_strategy, run_config)
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
 
@@ -91,7 +91,8 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
                                      length_bucket=usable_length_bucket(config, strategy))
     losses = trainer.fit(make_dataset, len(texts), config.train.epochs)
     evaluation_steps = max(1, EVALUATION_DOCUMENTS // train_config.batch_size)
-    report = evaluate_masked_lm(model, make_dataset(epoch=config.train.epochs).take(evaluation_steps))
+    report = evaluate_masked_lm(model, strategy, lambda input_context: make_dataset(
+        epoch=config.train.epochs, input_context=input_context).take(evaluation_steps))
     report["loss_by_epoch"] = losses
     with atomic_write(os.path.join(output, METRICS_FILE)) as f:  # last: the mark of a finished run
         json.dump(report, f, indent=2)
@@ -161,29 +162,31 @@ def _print_report(report):
               f"{report['sentence_order_examples']} documents (chance: 0.5)")
 
 
-def evaluate_masked_lm(model, dataset):
+def evaluate_masked_lm(model, strategy, make_dataset):
     """Masked-token accuracy against always predicting the most frequent target.
 
-    With a sentence-order head, its accuracy too (chance is 0.5).
+    With a sentence-order head, its accuracy too (chance is 0.5). The model
+    (built in `strategy.scope()`) runs on the replicas, as in training, on
+    `make_dataset(input_context=...)`'s batches; each host scores its own.
     """
     correct, targets_seen, order_correct, order_seen = 0, [], 0, 0
-    # Compiled: called eagerly, the model ran slower than the training steps.
     # Length-bucketed batches come in many shapes; after the first two
     # traces, one with unknown dimensions serves them all.
-    predict = tf.function(lambda features: model(features, training=False), reduce_retracing=True,
-                          autograph=False)
-    for features, targets, weights in dataset:
-        probabilities = predict(features)
+    predict = tf.function(
+        lambda features: strategy.run(lambda inputs: model(inputs, training=False), args=(features,)),
+        reduce_retracing=True, autograph=False)
+    for features, targets, weights in distribute(strategy, make_dataset):
+        probabilities, targets, weights = _host_rows(strategy, (predict(features), targets, weights))
         if isinstance(probabilities, dict):
-            real = weights["sentence_order"].numpy() > 0
+            real = weights["sentence_order"] > 0
             predicted = np.argmax(probabilities["sentence_order"], axis=-1)
-            order_correct += int((predicted == targets["sentence_order"].numpy())[real].sum())
+            order_correct += int((predicted == targets["sentence_order"])[real].sum())
             order_seen += int(real.sum())
             probabilities, targets, weights = (value["masked_lm"] for value in (probabilities, targets, weights))
         predicted = np.argmax(probabilities, axis=-1)
-        real = weights.numpy() > 0
-        correct += int((predicted == targets.numpy())[real].sum())
-        targets_seen.append(targets.numpy()[real])
+        real = weights > 0
+        correct += int((predicted == targets)[real].sum())
+        targets_seen.append(targets[real])
     targets_seen = np.concatenate(targets_seen)
     most_frequent = np.bincount(targets_seen).max()
     report = {"predictions": int(len(targets_seen)), "masked_accuracy": correct / len(targets_seen),
@@ -191,6 +194,14 @@ def evaluate_masked_lm(model, dataset):
     if order_seen:
         report.update(sentence_order_accuracy=order_correct / order_seen, sentence_order_examples=order_seen)
     return report
+
+
+def _host_rows(strategy, values):
+    # NumPy rows of this host's replicas, in replica order, of a nest of
+    # per-replica values.
+    return tf.nest.map_structure(
+        lambda value: np.concatenate([part.numpy() for part in strategy.experimental_local_results(value)]),
+        values)
 
 
 def initialize_from(model, pretrain_dir, model_config, vocabulary):
@@ -282,8 +293,10 @@ def main(argv=None):
         if getattr(args, flag):
             values["pretrain"][flag] = True
     try:
-        config = override(Config.load(args.config) if args.config else Config(), values, "command line")
-        pretrain(with_pretrain_epochs(config, args.epochs), args.model_dir, args.text, args.vocabulary_from, args.tpu)
+        strategy = resolve_strategy(args.tpu)
+        config = run_config(args.config, values, strategy, args.tpu)
+        pretrain(with_pretrain_epochs(config, args.epochs), args.model_dir, args.text, args.vocabulary_from, args.tpu,
+                 strategy)
     except (DataError, TPUUnavailableError, TrainingError, ValueError) as error:
         sys.exit(f"error: {error}")
 
