@@ -185,8 +185,13 @@ def masked_lm_dataset(word_ids, vocabulary_size, max_length, global_batch_size, 
     # Mask whole steps: the ops are vectorized. Sequential, so the random
     # choices depend only on the seed and the step order.
     mask = _traced_masking(vocabulary_size, max_length, dataclasses.astuple(pretrain_config), length_bucket)
-    dataset = dataset.skip(skip_batches).map(lambda texts: mask(tf.gather(word_ids, texts)))
+    dataset = dataset.skip(skip_batches).map(lambda texts: _with_step_size(mask(tf.gather(word_ids, texts)), step_size))
     return replica_batches(dataset, batch_size, step_size)
+
+
+def _with_step_size(values, step_size):
+    # Masking ragged rows loses the static batch dimension, which TPUs need.
+    return tf.nest.map_structure(lambda value: tf.ensure_shape(value, [step_size, *value.shape[1:]]), values)
 
 
 @functools.lru_cache(maxsize=16)
