@@ -10,6 +10,9 @@ overrides any field with a JSON file of the same nesting.
 import dataclasses
 import json
 
+
+from pipeline.files import create, open_text
+
 from pipeline.metrics import BEST_METRICS
 
 
@@ -220,6 +223,13 @@ class TrainConfig:
     steps_per_execution: int = 16
     # Save a resumable checkpoint every this many steps.
     checkpoint_every: int = 200
+    # Train through the layers' CPU fast path (`layers/fast_path.py`):
+    # hand-written gradients and small compiled passes that CPUs run faster.
+    # Off, the layers are plain Keras composition, as under a TPU always.
+    cpu_fast_path: bool = True
+    # Compile each replica's training step with XLA, as a TPU compiles it:
+    # `--tpu`'s step, checked on a CPU; slower there than the fast path.
+    jit_compile: bool = False
     # Seed of initialization, shuffling and dropout.
     seed: int = 42
     # "auto" (mixed_bfloat16 on TPUs, float32 elsewhere), "float32" or
@@ -357,7 +367,7 @@ class Config:
         return dataclasses.asdict(self)
 
     def save(self, path):
-        with open(path, "w", encoding="utf-8") as f:
+        with create(path) as f:
             json.dump(self.to_dict(), f, indent=2, sort_keys=True)
 
     @classmethod
@@ -365,10 +375,11 @@ class Config:
         return override(cls(), values, source)
 
     @classmethod
-    def load(cls, path, missing=None):
-        """Reads a JSON config; `missing` (nested like it) fills fields it
-        lacks, with values or functions of the values read."""
-        with open(path, encoding="utf-8") as f:
+    def load(cls, path, missing=None, base=None):
+        """Reads a JSON config over `base` (the defaults without it);
+        `missing` (nested like it) fills fields it lacks, with values or
+        functions of the values read."""
+        with open_text(path) as f:
             try:
                 values = json.load(f)
             except json.JSONDecodeError as error:
@@ -377,7 +388,7 @@ class Config:
             for field, value in fields.items():
                 if field not in values.setdefault(section, {}):
                     values[section][field] = value(values) if callable(value) else value
-        return cls.from_dict(values, source=str(path))
+        return override(base or cls(), values, source=str(path))
 
 
 def override(config, values, source="overrides"):

@@ -1,11 +1,14 @@
 """The runtime of a run: its distribution strategy, precision policy and seeds."""
 
+import contextlib
 import json
 import os
-import shutil
 
 import keras
 import tensorflow as tf
+
+from layers import fast_path
+from pipeline.config import Config, override
 
 
 # Under MODEL_DIR: the folders the non-chief workers of a cluster write to.
@@ -35,6 +38,48 @@ def resolve_strategy(tpu=None):
     if len(tf.config.list_logical_devices("GPU")) > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
+
+
+# Per replica where it scales with the TPU cores: the CPU defaults (64 a
+# step, a host round trip every 16 steps) would leave a TPU's cores idle
+# between round trips.
+TPU_BATCH_PER_REPLICA = 32
+TPU_PRETRAIN_BATCH_PER_REPLICA = 64
+TPU_STEPS_PER_EXECUTION = 200
+TPU_CHECKPOINT_EVERY = 1000
+
+
+def tpu_defaults(replicas):
+    """The config fields `--tpu` sets before `--config` and the flags, for
+    `replicas` TPU cores: batch sizes per replica, host loops and checkpoints
+    sized for a TPU, static shapes (no length buckets), bfloat16, and the
+    layers as plain Keras (no CPU fast path)."""
+    return {
+        "train": {"batch_size": TPU_BATCH_PER_REPLICA * replicas, "steps_per_execution": TPU_STEPS_PER_EXECUTION,
+                  "checkpoint_every": TPU_CHECKPOINT_EVERY, "length_bucket": 0, "precision": "mixed_bfloat16",
+                  "cpu_fast_path": False},
+        "pretrain": {"batch_size": TPU_PRETRAIN_BATCH_PER_REPLICA * replicas},
+    }
+
+
+def describe_tpu_defaults(replicas):
+    """One line saying what `tpu_defaults(replicas)` sets."""
+    fields = [f"{section}.{field} {value}" for section, values in tpu_defaults(replicas).items()
+              for field, value in values.items()]
+    return f"TPU defaults for {replicas} replica(s) (--config and flags override them): " + ", ".join(fields)
+
+
+def run_config(config_path, overrides, strategy, tpu=None):
+    """A command's config: the defaults, with `--tpu` `tpu_defaults` over
+    them (printed), then the `--config` file, then the command line's
+    `overrides` (nested as the config)."""
+    base = Config()
+    if tpu is not None:
+        replicas = strategy.num_replicas_in_sync
+        base = override(base, tpu_defaults(replicas), "--tpu")
+        print(describe_tpu_defaults(replicas))
+    config = Config.load(config_path, base=base) if config_path else base
+    return override(config, overrides, "command line")
 
 
 def check_batch_sizes(strategy, batch_sizes):
@@ -76,11 +121,11 @@ def finish_run(model_dir, strategy):
         _barrier(strategy)
     own = output_dir(model_dir, strategy)
     if own != model_dir:
-        shutil.rmtree(own, ignore_errors=True)
-        try:
-            os.rmdir(os.path.dirname(own))  # the last worker out removes workers/
-        except OSError:
-            pass
+        if tf.io.gfile.exists(own):
+            tf.io.gfile.rmtree(own)
+        if "://" not in own:  # in a bucket an empty folder does not exist
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(own))  # the last worker out removes workers/
 
 
 @tf.function(autograph=False)
@@ -106,12 +151,14 @@ def _tpu_strategy(tpu):
 
 
 def configure_runtime(config, tpu=None):
-    """Sets the precision policy, seeds and determinism; returns the policy name."""
+    """Sets the precision policy, seeds, determinism and the layers' CPU
+    fast path (never under a TPU); returns the policy name."""
     precision = config.train.precision
     if precision == "auto":
         precision = "mixed_bfloat16" if tpu is not None else "float32"
     keras.mixed_precision.set_global_policy(precision)
     keras.utils.set_random_seed(config.train.seed)
+    fast_path.set_enabled(config.train.cpu_fast_path and tpu is None)
     if tpu is None and not tf.config.list_physical_devices("GPU"):
         tf.config.experimental.enable_op_determinism()  # same seed, same metrics
     return precision

@@ -29,6 +29,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from layers import fast_path
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
 from pipeline.dataset import (concatenate, hold_out, learn_vocabulary, load_split, read_split, train_dataset,
@@ -42,7 +43,7 @@ from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
 from pipeline.readers import DataError
 from pipeline.strategy import (TPUUnavailableError, check_batch_sizes, configure_runtime, finish_run, output_dir,
-                               resolve_strategy)
+                               resolve_strategy, run_config)
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, Predictor, Trainer, TrainingError, build_optimizer
 
@@ -95,7 +96,10 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     print(f"{len(train)} training, {held}{len(evaluation)} evaluation examples, "
           f"{len(names)} classes, vocabulary of {len(tokenizer.vocabulary)}, max length "
           f"{config.model.max_length} ({filled} training examples fill it and may be truncated), "
-          f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}")
+          f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}, "
+          f"batches of {config.train.batch_size}, {config.train.steps_per_execution} steps per host round trip, "
+          f"a checkpoint every {config.train.checkpoint_every} steps"
+          f"{'' if fast_path.enabled() else ', plain Keras layers'}{', XLA-compiled steps' if config.train.jit_compile else ''}")
     with strategy.scope():
         model = build_model(config.model)
         if init_from:  # a resumed run's checkpoint then overrides these
@@ -288,7 +292,7 @@ def prepare_run(config, model_dir, train_paths, eval_paths, vocabulary_from=None
     the config's vocabulary size and class count filled in and saved.
     """
     output = output_dir(model_dir, strategy or tf.distribute.get_strategy())
-    os.makedirs(output, exist_ok=True)
+    tf.io.gfile.makedirs(output)
     train_examples = read_split(train_paths, config.data)  # read once: vocabulary and split
     names, tokenizer = _vocabulary(model_dir, output, config, train_examples, vocabulary_from)
     train = load_split(train_examples, config.data, tokenizer, names)
@@ -343,7 +347,7 @@ def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None)
     # and settings) unless the chief's is there already.
     if run_dir.has_vocabulary(model_dir):
         return load_label_names(model_dir), Tokenizer.load(model_dir)
-    if vocabulary_from and not os.path.exists(os.path.join(vocabulary_from, VOCABULARY_FILE)):
+    if vocabulary_from and not tf.io.gfile.exists(os.path.join(vocabulary_from, VOCABULARY_FILE)):
         raise ValueError(f"{vocabulary_from}: no {VOCABULARY_FILE}; not a pipeline.train or pipeline.pretrain "
                          "directory")
     reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
@@ -415,7 +419,6 @@ def parse_args(argv=None):
                         "training and validation examples together up to that epoch, and export that model "
                         f"(default {Config().train.refit}; with --validation-split 0 it trains on --eval too)")
     args = parser.parse_args(argv)
-    config = Config.load(args.config) if args.config else Config()
     values = {}
     for flag, (section, field, _) in flags.items():
         value = getattr(args, flag.replace("-", "_"))
@@ -425,14 +428,16 @@ def parse_args(argv=None):
         values.setdefault("data", {})["skip_bad_rows"] = True
     if args.refit is not None:
         values.setdefault("train", {})["refit"] = args.refit
-    return args, override(config, values, "command line")
+    return args, values
 
 
 def main(argv=None):
     try:
-        args, config = parse_args(argv)  # a bad --config file or value is an error too
-        train_and_evaluate(config, args.model_dir, args.train, args.eval, args.tpu, init_from=args.init_from,
-                           vocabulary_from=args.vocabulary_from)
+        args, overrides = parse_args(argv)
+        strategy = resolve_strategy(args.tpu)
+        config = run_config(args.config, overrides, strategy, args.tpu)  # a bad --config or value is an error too
+        train_and_evaluate(config, args.model_dir, args.train, args.eval, args.tpu, strategy=strategy,
+                           init_from=args.init_from, vocabulary_from=args.vocabulary_from)
     except (DataError, TPUUnavailableError, TrainingError, ValueError) as error:
         sys.exit(f"error: {error}")
 

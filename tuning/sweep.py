@@ -21,11 +21,14 @@ import json
 import os
 import sys
 
-from pipeline.config import Config, override
+import tensorflow as tf
+
+from pipeline.config import override
 from pipeline.export import EXPORT_DIR, export_saved_model
+from pipeline.files import create, open_text
 from pipeline.model_dir import restore_model
 from pipeline.readers import DataError
-from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy
+from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy, run_config
 from pipeline.train import data_paths, prepare_run
 from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow
@@ -34,8 +37,10 @@ PROJECT = "trials"
 
 
 def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", max_trials=10,
-              objective="val_accuracy", space_overrides=None, tpu=None, export_best=False):
-    """Runs (or continues) a sweep; returns the rows of the results table."""
+              objective="val_accuracy", space_overrides=None, tpu=None, export_best=False, strategy=None):
+    """Runs (or continues) a sweep; returns the rows of the results table.
+
+    `strategy` overrides the one `resolve_strategy(tpu)` picks."""
     if config.train.members > 1:
         raise ValueError(f"train.members is {config.train.members}: sweeps compare single models; train the "
                          "best trial's settings with pipeline.train --members")
@@ -43,7 +48,7 @@ def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", m
     # training files is held out and nothing is refit (pipeline.train does both
     # with the best trial's settings).
     config = override(config, {"train": {"validation_split": 0.0, "refit": False}}, "the sweep")
-    strategy = resolve_strategy(tpu)
+    strategy = strategy or resolve_strategy(tpu)
     configure_runtime(config, tpu)
     tuner_id = os.environ.get("KERASTUNER_TUNER_ID")
     # Each process of a distributed sweep reads the data once into its own folder.
@@ -96,10 +101,10 @@ def format_results(rows):
 
 
 def _write_results(rows, directory):
-    with open(os.path.join(directory, "results.json"), "w") as f:
+    with create(os.path.join(directory, "results.json")) as f:
         json.dump(rows, f, indent=2)
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    with open(os.path.join(directory, "results.csv"), "w", newline="") as f:
+    with create(os.path.join(directory, "results.csv")) as f:
         writer = csv.DictWriter(f, columns)
         writer.writeheader()
         writer.writerows(rows)
@@ -108,7 +113,7 @@ def _write_results(rows, directory):
 def _space_overrides(value):
     if value is None:
         return {}
-    text = open(value, encoding="utf-8").read() if os.path.exists(value) else value
+    text = open_text(value).read() if tf.io.gfile.exists(value) else value
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
@@ -134,11 +139,11 @@ def main(argv=None):
     parser.add_argument("--export-best", action="store_true", help="export the best trial to DIR/export")
     args = parser.parse_args(argv)
     try:
-        config = Config.load(args.config) if args.config else Config()
-        if args.epochs:
-            config = override(config, {"train": {"epochs": args.epochs}}, "--epochs")
+        strategy = resolve_strategy(args.tpu)
+        config = run_config(args.config, {"train": {"epochs": args.epochs}} if args.epochs else {}, strategy,
+                            args.tpu)
         run_sweep(config, args.directory, args.train, args.eval, args.tuner, args.max_trials,
-                  args.objective, _space_overrides(args.space), args.tpu, args.export_best)
+                  args.objective, _space_overrides(args.space), args.tpu, args.export_best, strategy)
     except (DataError, TPUUnavailableError, ValueError) as error:
         sys.exit(f"error: {error}")
 

@@ -1,0 +1,141 @@
+"""What `--tpu` builds, compiled with XLA on the CPU: no TPU is needed to find
+an op XLA cannot compile, a shape that is not static, or a step that trains
+differently once compiled."""
+
+import dataclasses
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from layers import SharedEncoder, fast_path
+from pipeline.config import Config, override
+from pipeline.dataset import learn_vocabulary, load_split, train_dataset, usable_length_bucket
+from pipeline.demo_corpus import write_demo_corpus
+from pipeline.masking import masked_lm_dataset, word_ids_of
+from pipeline.model import build_model
+from pipeline.pretrain import pretrain
+from pipeline.readers import read_examples
+from pipeline.strategy import run_config, tpu_defaults
+from pipeline.train import train_and_evaluate
+from pipeline.trainer import Trainer, build_optimizer
+
+TINY = {
+    "model": {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2, "num_heads": 2,
+              "intermediate_size": 64, "dropout_rate": 0.1},
+    "data": {"tokenizer": "word", "min_count": 1},
+    "train": {"epochs": 1, "learning_rate": 3e-3, "pretrain_epochs": 0, "validation_split": 0.0, "refit": False},
+}
+# The compiled step's losses against the same step op by op, both in
+# mixed_bfloat16: XLA fuses and rounds bfloat16 differently, nothing more.
+LOSS_RTOL = 1e-2
+
+
+def _strategy(replicas):
+    if replicas == 1:
+        return tf.distribute.get_strategy()
+    return tf.distribute.MirroredStrategy([f"/cpu:{index}" for index in range(replicas)])
+
+
+def _tpu_config(replicas, **train):
+    """What `--tpu` runs on `replicas` cores, at the tests' size: 20 steps an
+    epoch in host loops of 4."""
+    config = override(Config.from_dict(TINY), tpu_defaults(replicas))
+    return override(config, {"train": {"batch_size": 32, "steps_per_execution": 4, "checkpoint_every": 8, **train},
+                             "pretrain": {"batch_size": 32}})
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_demo_corpus(tmp_path_factory.mktemp("corpus"), train_size=640, test_size=200)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, corpus, replicas):
+    strategy = _strategy(replicas)
+    results = {}
+    for jit_compile in (False, True):
+        config = _tpu_config(replicas, jit_compile=jit_compile)
+        run = train_and_evaluate(config, str(tmp_path / f"train_{jit_compile}"), *corpus, strategy=strategy,
+                                 export=False)
+        assert not fast_path.enabled()  # the layers are plain Keras, as on a TPU
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+        masked_lm = pretrain(config, str(tmp_path / f"pretrain_{jit_compile}"), [corpus[0]], strategy=strategy)
+        results[jit_compile] = (run["train_loss_by_epoch"][1], run["loss"], masked_lm["loss_by_epoch"][1])
+    np.testing.assert_allclose(results[True], results[False], rtol=LOSS_RTOL)
+    assert results[True][1] < np.log(2)  # and it learned: below chance on the two demo classes
+
+
+def test_tpu_batches_have_static_shapes(corpus):
+    strategy = _strategy(2)
+    config = _tpu_config(2)
+    examples = read_examples(corpus[0])
+    names, tokenizer = learn_vocabulary(examples, config.data, config.model.max_length)
+    split = load_split(examples, config.data, tokenizer, names)
+    length_bucket = usable_length_bucket(config, strategy)
+    assert length_bucket == 0
+    classification = train_dataset(split, config.train.batch_size, seed=1, length_bucket=length_bucket)
+    masked = masked_lm_dataset(word_ids_of(examples.texts, tokenizer), len(tokenizer.vocabulary), tokenizer.max_length,
+                               config.pretrain.batch_size, config.pretrain, seed=1, length_bucket=length_bucket)
+    for dataset in (classification, masked):
+        for spec in tf.nest.flatten(dataset.element_spec):
+            assert spec.shape.is_fully_defined(), dataset.element_spec
+            assert spec.shape[0] == 32
+
+
+def test_gradients_are_summed_over_replicas_once(tmp_path, monkeypatch):
+    calls = []
+    real_all_reduce = tf.distribute.ReplicaContext.all_reduce
+
+    def counting_all_reduce(self, reduce_op, value, options=None):
+        calls.append(len(tf.nest.flatten(value)))
+        return real_all_reduce(self, reduce_op, value, options)
+
+    monkeypatch.setattr(tf.distribute.ReplicaContext, "all_reduce", counting_all_reduce)
+    strategy = _strategy(2)
+    config = Config.from_dict(TINY)
+    model_config = dataclasses.replace(config.model, vocabulary_size=30, num_classes=3)
+    train_config = dataclasses.replace(config.train, batch_size=4, weight_averaging=0.0)
+    with strategy.scope():
+        model = build_model(model_config)
+        trainer = Trainer(model, build_optimizer(train_config, 10), strategy, train_config, str(tmp_path))
+    ids = np.random.default_rng(0).integers(1, 30, size=(4, 16)).astype("int32")
+    batches = tf.data.Dataset.from_tensors((ids, np.arange(4, dtype="int32") % 3)).repeat()
+    trainer._train_steps(iter(strategy.experimental_distribute_dataset(batches)), tf.constant(1))
+    # One all-reduce of every gradient, once per replica; the optimizer adds none.
+    assert calls == [len(model.trainable_variables)] * 2
+
+
+def test_plain_layers_compute_what_the_fast_path_does():
+    encoder = SharedEncoder(num_layers=2, num_heads=2, intermediate_size=32)
+    inputs = tf.random.stateless_normal((2, 6, 16), seed=(1, 2))
+    mask = tf.constant([[True] * 6, [True] * 4 + [False] * 2])
+
+    def outputs_and_gradients():
+        with tf.GradientTape() as tape:
+            outputs = encoder(inputs, mask=mask, training=True)  # no dropout: the same values
+            loss = tf.reduce_sum(outputs * tf.sin(tf.range(16, dtype=tf.float32)))
+        return outputs, tape.gradient(loss, encoder.trainable_variables)
+
+    fast = outputs_and_gradients()
+    with fast_path.scope(False):
+        plain = outputs_and_gradients()
+    np.testing.assert_allclose(plain[0], fast[0], atol=2e-5)
+    for plain_gradient, fast_gradient in zip(plain[1], fast[1]):
+        np.testing.assert_allclose(tf.convert_to_tensor(plain_gradient), tf.convert_to_tensor(fast_gradient),
+                                   atol=2e-4)
+
+
+def test_tpu_defaults_scale_with_the_replicas_and_yield_to_the_config_file_and_flags(tmp_path):
+    strategy = _strategy(2)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"train": {"steps_per_execution": 50}}))
+    config = run_config(str(path), {"train": {"checkpoint_every": 300}}, strategy, tpu="local")
+    assert config.train.batch_size == 2 * tpu_defaults(1)["train"]["batch_size"]
+    assert config.pretrain.batch_size == 2 * tpu_defaults(1)["pretrain"]["batch_size"]
+    assert (config.train.steps_per_execution, config.train.checkpoint_every) == (50, 300)
+    assert (config.train.length_bucket, config.train.precision, config.train.cpu_fast_path) == (
+        0, "mixed_bfloat16", False)
+    assert run_config(None, {}, strategy) == Config()  # without --tpu, the defaults
