@@ -18,6 +18,10 @@ import csv
 import os
 import random
 
+import tensorflow as tf
+
+from pipeline.files import create
+
 POSITIVE = ["good", "great", "excellent", "wonderful", "superb", "lovely",
             "fantastic", "brilliant", "pleasant", "delightful"]
 NEGATIVE = ["bad", "awful", "terrible", "poor", "dreadful", "boring",
@@ -65,12 +69,13 @@ def generate(count, seed):
 
 def write_demo_corpus(directory, train_size=4000, test_size=1000, seed=0):
     """Writes `train.csv` and `test.csv` (columns text,label); returns their paths."""
-    os.makedirs(directory, exist_ok=True)
+    directory = str(directory)
+    tf.io.gfile.makedirs(directory)
     rows = generate(train_size + test_size, seed)
     paths = []
     for name, part in (("train", rows[:train_size]), ("test", rows[train_size:])):
         path = os.path.join(directory, f"{name}.csv")
-        with open(path, "w", encoding="utf-8", newline="") as f:
+        with create(path) as f:
             writer = csv.writer(f)
             writer.writerow(["text", "label"])
             writer.writerows(part)

@@ -67,9 +67,10 @@ def _mean(tensors):
 
 def next_version(export_root):
     """One more than the largest integer version under `export_root`, or 1."""
-    if not os.path.isdir(export_root):
+    if not tf.io.gfile.isdir(export_root):
         return 1
-    versions = [int(name) for name in os.listdir(export_root) if name.isdigit()]
+    names = [name.rstrip("/") for name in tf.io.gfile.listdir(export_root)]  # a bucket's folders end in /
+    versions = [int(name) for name in names if name.isdigit()]
     return max(versions, default=0) + 1
 
 
@@ -80,7 +81,7 @@ def export_saved_model(model, tokenizer, label_names, export_root, version=None)
     """
     version = next_version(export_root) if version is None else int(version)
     path = os.path.join(export_root, str(version))
-    if os.path.exists(path):
+    if tf.io.gfile.exists(path):
         raise ValueError(f"{path} exists already; choose another version")
     module = ServingModule(model, tokenizer, label_names)
     # Traced once, as signatures only: the methods made `tf.function`s of the

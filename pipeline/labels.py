@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from pipeline.files import atomic_write
+from pipeline.files import atomic_write, open_text
 from pipeline.readers import DataError
 
 LABELS_FILE = "labels.json"
@@ -51,7 +51,7 @@ def save_label_names(names, directory):
 
 
 def load_label_names(directory):
-    with open(os.path.join(directory, LABELS_FILE), encoding="utf-8") as f:
+    with open_text(os.path.join(directory, LABELS_FILE)) as f:
         return json.load(f)
 
 

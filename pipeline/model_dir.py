@@ -27,6 +27,8 @@ import os
 
 import tensorflow as tf
 
+from pipeline.files import open_text
+
 from pipeline.config import Config
 from pipeline.labels import LABELS_FILE, load_label_names, save_label_names
 from pipeline.model import build_model
@@ -71,7 +73,7 @@ def check_or_save_config(model_dir, config):
     `CHANGEABLE_ON_RESUME`, which are saved anew.
     """
     path = os.path.join(model_dir, CONFIG_FILE)
-    if os.path.exists(path):
+    if tf.io.gfile.exists(path):
         saved = check_resumable(model_dir, config)
         if saved == config.to_dict():
             return
@@ -83,7 +85,7 @@ def check_resumable(model_dir, config, skip=None):
     settings than `config` (`CHANGEABLE_ON_RESUME` and `skip`, a dict of
     section to fields, excepted). Returns the saved settings as a dict, or
     None where no run was saved."""
-    if not os.path.exists(os.path.join(model_dir, CONFIG_FILE)):
+    if not tf.io.gfile.exists(os.path.join(model_dir, CONFIG_FILE)):
         return None
     saved = load_config(model_dir).to_dict()
     changed = [f"{section}.{key}: {saved[section][key]!r} -> {value!r}"
@@ -103,20 +105,20 @@ def save_vocabulary(model_dir, tokenizer, label_names):
 
 
 def has_vocabulary(model_dir):
-    return os.path.exists(os.path.join(model_dir, LABELS_FILE))
+    return tf.io.gfile.exists(os.path.join(model_dir, LABELS_FILE))
 
 
 def load_run(model_dir):
     """`(config, tokenizer, label_names)` of a run directory."""
     path = os.path.join(model_dir, CONFIG_FILE)
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
         raise ValueError(f"{model_dir}: no {CONFIG_FILE}; not a pipeline.train model directory")
     return load_config(model_dir), Tokenizer.load(model_dir), load_label_names(model_dir)
 
 
 def member_dirs(model_dir):
     """`model_dir` and, for a run with `train.members` N, its members 2..N."""
-    members = load_config(model_dir).train.members if os.path.exists(os.path.join(model_dir, CONFIG_FILE)) else 1
+    members = load_config(model_dir).train.members if tf.io.gfile.exists(os.path.join(model_dir, CONFIG_FILE)) else 1
     return [model_dir] + [os.path.join(model_dir, MEMBERS_DIR, str(n)) for n in range(2, members + 1)]
 
 
@@ -137,10 +139,10 @@ def restore_variables(model, checkpoint_path, averaged=False):
 def kept_epoch(model_dir):
     """The epoch (counted from 1) whose weights a run kept as its best."""
     path = os.path.join(model_dir, BEST_EPOCH)
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
         raise ValueError(f"{model_dir}: no {BEST_EPOCH}, so the epoch it kept is unknown (no epoch has "
                          "finished, or the run is older than train.refit: train it again in a new --model-dir)")
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         return json.load(f)["epoch"]
 
 
@@ -156,13 +158,13 @@ def restore_model(model_dir, strategy=None, refit=True):
         model = build_model(config.model)
     if config.train.refits and refit:
         final = os.path.join(model_dir, REFIT_DIR, BEST_WEIGHTS)
-        if not os.path.exists(final):
+        if not tf.io.gfile.exists(final):
             raise ValueError(f"{model_dir}: its refit (train.refit) has not finished; start the run again to "
                              "finish it")
         model.load_weights(final)
         return model, tokenizer, names
     best = os.path.join(model_dir, BEST_WEIGHTS)
-    if os.path.exists(best):
+    if tf.io.gfile.exists(best):
         model.load_weights(best)
     else:
         latest = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR))

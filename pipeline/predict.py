@@ -16,6 +16,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the tokenizer ops the SavedModel uses
 
 from pipeline.export import latest_export
+from pipeline.files import open_text
 
 
 def load_classifier(path):
@@ -35,7 +36,7 @@ def classify(serve, names, texts):
 
 
 def _lines(paths):
-    streams = [open(p, encoding="utf-8", errors="replace") for p in paths] if paths else [sys.stdin]
+    streams = [open_text(p, errors="replace") for p in paths] if paths else [sys.stdin]
     for stream in streams:
         for line in stream:
             yield line.rstrip("\n")

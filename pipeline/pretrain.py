@@ -26,7 +26,7 @@ import tensorflow as tf
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
 from pipeline.dataset import distribute, learn_tokenizer, usable_length_bucket
-from pipeline.files import atomic_write
+from pipeline.files import atomic_write, open_text
 from pipeline.masking import masked_lm_dataset, word_ids_of
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
@@ -64,7 +64,7 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     check_batch_sizes(strategy, {"pretrain.batch_size": config.pretrain.batch_size})
     configure_runtime(config, tpu)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
-    os.makedirs(output, exist_ok=True)
+    tf.io.gfile.makedirs(output)
     texts = read_examples(text_paths, config.data.text_column, None, config.data.file_format,
                           config.data.skip_bad_rows).texts
     tokenizer = _vocabulary(model_dir, output, vocabulary_from, texts, config)
@@ -146,9 +146,9 @@ def _finished_report(model_dir):
     # where every worker of a cluster reads the chief's checkpoints too, so
     # that all of them skip or none does.
     path = os.path.join(model_dir, METRICS_FILE)
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
         return None
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         report = json.load(f)
     report["loss_by_epoch"] = {int(epoch): loss for epoch, loss in report["loss_by_epoch"].items()}
     return report
@@ -249,7 +249,7 @@ def with_pretrain_epochs(config, epochs=None):
 
 def _vocabulary(model_dir, output, vocabulary_from, texts, config):
     for directory in (model_dir, vocabulary_from):  # a resumed run keeps its own
-        if directory and os.path.exists(os.path.join(directory, VOCABULARY_FILE)):
+        if directory and tf.io.gfile.exists(os.path.join(directory, VOCABULARY_FILE)):
             tokenizer = Tokenizer.load(directory)
             break
     else:

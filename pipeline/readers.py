@@ -16,6 +16,8 @@ import re
 
 import tensorflow as tf
 
+from pipeline.files import open_text
+
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
            ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".txt": "text"}
 RECORD_BATCH = 4096
@@ -42,12 +44,12 @@ def expand_paths(paths):
         paths = [p for p in paths.split(",") if p]
     files = []
     for pattern in paths:
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        matches = sorted(tf.io.gfile.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matches:
             raise DataError(f"{pattern}: no file matches this pattern")
         files.extend(matches)
     for path in files:
-        if not os.path.isfile(path):
+        if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
             raise DataError(f"{path}: no such file")
     return files
 
@@ -120,7 +122,7 @@ def _check(text, label, text_column, label_column):
 
 
 def _delimited_rows(path, text_column, label_column, delimiter):
-    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+    with open_text(path, errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         header = reader.fieldnames or []
         for column in (text_column, label_column):
@@ -146,7 +148,7 @@ def _tsv_rows(path, text_column, label_column):
 
 
 def _jsonl_rows(path, text_column, label_column):
-    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+    with open_text(path, errors="surrogateescape") as f:
         for number, line in enumerate(f, start=1):
             source = f"{path}:{number}"
             if not line.strip():
@@ -214,7 +216,7 @@ def _feature_value(features, name):
 def _text_rows(path, text_column, label_column):
     if label_column is not None:
         raise DataError(f"{path}: plain text has no labels; use CSV, TSV, JSONL or TFRecord")
-    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+    with open_text(path, errors="surrogateescape") as f:
         for number, line in enumerate(f, start=1):
             if line.strip():
                 yield f"{path}:{number}", line.rstrip("\n"), None, None

@@ -21,7 +21,7 @@ from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
 from pipeline import wordpiece_learner
 from pipeline.config import DataConfig
-from pipeline.files import atomic_write
+from pipeline.files import atomic_write, create, open_text
 
 _DEFAULTS = DataConfig()  # the data section's defaults are the tokenizer's
 
@@ -199,15 +199,15 @@ class Tokenizer(tf.Module):
     def save(self, directory):
         # The vocabulary last and atomically: once it is there, the tokenizer is
         # complete (other workers of a cluster may be reading).
-        with open(os.path.join(directory, SETTINGS_FILE), "w", encoding="utf-8") as f:
+        with create(os.path.join(directory, SETTINGS_FILE)) as f:
             json.dump(self.settings, f, indent=2)
         with atomic_write(os.path.join(directory, VOCABULARY_FILE)) as f:
             f.write("\n".join(self.vocabulary) + "\n")
 
     @classmethod
     def load(cls, directory):
-        with open(os.path.join(directory, VOCABULARY_FILE), encoding="utf-8") as f:
+        with open_text(os.path.join(directory, VOCABULARY_FILE)) as f:
             vocabulary = f.read().split("\n")[:-1]
-        with open(os.path.join(directory, SETTINGS_FILE), encoding="utf-8") as f:
+        with open_text(os.path.join(directory, SETTINGS_FILE)) as f:
             settings = json.load(f)
         return cls(vocabulary, **settings)

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline.dataset import distribute, eval_dataset
-from pipeline.files import atomic_write
+from pipeline.files import atomic_write, open_text
 from pipeline.strategy import output_dir
 
 CHECKPOINT_DIR = "checkpoints"
@@ -320,9 +320,9 @@ class Trainer:
     def _finished_epoch_losses(self, finished):
         # What earlier processes recorded for the epochs the checkpoint has finished.
         path = os.path.join(self.model_dir, EPOCH_LOSSES)
-        if not finished or not os.path.exists(path):
+        if not finished or not tf.io.gfile.exists(path):
             return {}
-        with open(path, encoding="utf-8") as f:
+        with open_text(path) as f:
             return {int(epoch): loss for epoch, loss in json.load(f).items() if int(epoch) <= finished}
 
     def _check_finite(self, step):

@@ -19,6 +19,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the tokenizer ops the SavedModel uses
 
 from pipeline.export import EXPORT_DIR, latest_export
+from pipeline.files import create
 
 PAGE_TEMPLATE = os.path.join(os.path.dirname(__file__), "visualize_page.html")
 
@@ -26,7 +27,7 @@ PAGE_TEMPLATE = os.path.join(os.path.dirname(__file__), "visualize_page.html")
 def attention_maps(model_path, sentences):
     """Per sentence: text, tokens (padding left out), attention
     `[layers][heads][tokens][tokens]` and probabilities by class name."""
-    if os.path.exists(os.path.join(model_path, "config.json")):  # a training run's directory
+    if tf.io.gfile.exists(os.path.join(model_path, "config.json")):  # a training run's directory
         model_path = os.path.join(model_path, EXPORT_DIR)
     loaded = tf.saved_model.load(latest_export(model_path))
     names = [n.decode() for n in loaded.label_names.numpy()]
@@ -49,7 +50,7 @@ def write_page(maps, path):
     data = json.dumps({"num_layers": layers, "num_heads": heads, "sentences": maps}, ensure_ascii=False)
     with open(PAGE_TEMPLATE, encoding="utf-8") as f:
         page = f.read().replace("__DATA__", data.replace("</", "<\\/"))  # no early </script>
-    with open(path, "w", encoding="utf-8") as f:
+    with create(path) as f:
         f.write(page)
 
 

@@ -9,11 +9,11 @@ earlier trial's finished pre-training where its own would repeat that one.
 """
 
 import dataclasses
-import glob
 import json
 import os
 
 import keras_tuner
+import tensorflow as tf
 
 from pipeline.config import override
 from pipeline.dataset import learn_tokenizer, load_split, read_split
@@ -101,9 +101,9 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         repeat (the trials differ in their classifier's settings alone, or a
         Hyperband round trains a trial's values again), or None. A trial
         that began its own pre-training goes on with it."""
-        if os.path.exists(os.path.join(trial_dir, PRETRAIN_DIR)):
+        if tf.io.gfile.exists(os.path.join(trial_dir, PRETRAIN_DIR)):
             return None
-        others = sorted(glob.glob(os.path.join(os.path.dirname(trial_dir), "trial_*", PRETRAIN_DIR)))
+        others = sorted(tf.io.gfile.glob(os.path.join(os.path.dirname(trial_dir), "trial_*", PRETRAIN_DIR)))
         directory = finished_pretraining(config, tokenizer.vocabulary, others)
         if directory is not None:
             print(f"Starting from {directory}: this trial's pre-training would repeat it")
@@ -117,7 +117,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         config = self.config_for(hp)
         tokenizer, train, evaluation = self.data(config.data)
         names = self.data.names
-        os.makedirs(trial_dir, exist_ok=True)
+        tf.io.gfile.makedirs(trial_dir)
         # A trial directory is a model directory: pipeline.export reads it.
         check_or_save_config(trial_dir, config)
         if has_vocabulary(trial_dir) and Tokenizer.load(trial_dir).vocabulary != tokenizer.vocabulary:
