@@ -27,6 +27,29 @@ NAMES = ["negative", "neutral", "positive"]
 
 
 @pytest.fixture(scope="session")
+def two_replicas():
+    """A `MirroredStrategy` over the 2 logical CPUs, one per test process:
+    every new one numbers its collective all-reduces from the same key, and
+    TensorFlow keeps each key's shape for the process, so a second strategy
+    training another model fails ("Shape mismatch in the collective
+    instance 100")."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.fixture(autouse=True)
+def _runtime_restored():
+    """Each test starts with the process-wide settings a run sets
+    (`configure_runtime`): the float32 policy and the CPU fast path on."""
+    import keras
+
+    from layers import fast_path
+
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+    fast_path.set_enabled(True)
+
+
+@pytest.fixture(scope="session")
 def exported(tmp_path_factory):
     """`(model, tokenizer, export_root, export_path)` of a small untrained model."""
     from pipeline.config import ModelConfig

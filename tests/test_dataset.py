@@ -110,8 +110,8 @@ def test_evaluation_counts_every_example_once(count, batch):
     assert seen_rows == split.ids.tolist() and seen_labels == split.labels.tolist()
 
 
-def test_distributed_batches_split_across_two_replicas():
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+def test_distributed_batches_split_across_two_replicas(two_replicas):
+    strategy = two_replicas
     dataset = distribute(strategy, eval_dataset, _split(10), 4)
     total = 0
     for ids, labels, weights in dataset:
@@ -124,11 +124,11 @@ def test_distributed_batches_split_across_two_replicas():
 
 
 @pytest.mark.parametrize("length_bucket,token_dropout", [(0, 0.0), (16, 0.0), (16, 0.1)])
-def test_two_replicas_share_the_steps_of_one_device(length_bucket, token_dropout):
+def test_two_replicas_share_the_steps_of_one_device(length_bucket, token_dropout, two_replicas):
     # Each step's global batch is the single-device batch, split between the
     # replicas (with one length), and resuming skips whole steps.
     split, _ = _varied_lengths()
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_replicas
     options = dict(seed=5, length_bucket=length_bucket, token_dropout=token_dropout)
     single = [(ids.numpy(), labels.numpy()) for ids, labels in train_dataset(split, 32, **options)]
     for skip in (0, 3):

@@ -160,12 +160,12 @@ def test_masked_lm_length_buckets_cut_only_padding_and_keep_every_text():
 
 
 @pytest.mark.parametrize("length_bucket", [0, 16])
-def test_masked_lm_replicas_share_the_steps_of_one_device(length_bucket):
+def test_masked_lm_replicas_share_the_steps_of_one_device(length_bucket, two_replicas):
     # As in classification: each step is the single-device step split between
     # the replicas, and a resumed run skips whole steps.
     texts = _varied_texts()
     single = [f["token_ids"].numpy() for f, _, _ in _steps_of(texts, length_bucket=length_bucket)[0]]
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_replicas
     for skip in (0, 3):
         dataset = distribute(strategy, lambda **kwargs: _steps_of(texts, **kwargs)[0],
                              length_bucket=length_bucket, skip_batches=skip)

@@ -33,12 +33,6 @@ TINY = {
 LOSS_RTOL = 1e-2
 
 
-def _strategy(replicas):
-    if replicas == 1:
-        return tf.distribute.get_strategy()
-    return tf.distribute.MirroredStrategy([f"/cpu:{index}" for index in range(replicas)])
-
-
 def _tpu_config(replicas, **train):
     """What `--tpu` runs on `replicas` cores, at the tests' size: 20 steps an
     epoch in host loops of 4."""
@@ -53,8 +47,8 @@ def corpus(tmp_path_factory):
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, corpus, replicas):
-    strategy = _strategy(replicas)
+def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, corpus, replicas, two_replicas):
+    strategy = two_replicas if replicas == 2 else tf.distribute.get_strategy()
     results = {}
     for jit_compile in (False, True):
         config = _tpu_config(replicas, jit_compile=jit_compile)
@@ -68,8 +62,8 @@ def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, 
     assert results[True][1] < np.log(2)  # and it learned: below chance on the two demo classes
 
 
-def test_tpu_batches_have_static_shapes(corpus):
-    strategy = _strategy(2)
+def test_tpu_batches_have_static_shapes(corpus, two_replicas):
+    strategy = two_replicas
     config = _tpu_config(2)
     examples = read_examples(corpus[0])
     names, tokenizer = learn_vocabulary(examples, config.data, config.model.max_length)
@@ -85,7 +79,7 @@ def test_tpu_batches_have_static_shapes(corpus):
             assert spec.shape[0] == 32
 
 
-def test_gradients_are_summed_over_replicas_once(tmp_path, monkeypatch):
+def test_gradients_are_summed_over_replicas_once(tmp_path, monkeypatch, two_replicas):
     calls = []
     real_all_reduce = tf.distribute.ReplicaContext.all_reduce
 
@@ -94,7 +88,7 @@ def test_gradients_are_summed_over_replicas_once(tmp_path, monkeypatch):
         return real_all_reduce(self, reduce_op, value, options)
 
     monkeypatch.setattr(tf.distribute.ReplicaContext, "all_reduce", counting_all_reduce)
-    strategy = _strategy(2)
+    strategy = two_replicas
     config = Config.from_dict(TINY)
     model_config = dataclasses.replace(config.model, vocabulary_size=30, num_classes=3)
     train_config = dataclasses.replace(config.train, batch_size=4, weight_averaging=0.0)
@@ -128,8 +122,8 @@ def test_plain_layers_compute_what_the_fast_path_does():
                                    atol=2e-4)
 
 
-def test_tpu_defaults_scale_with_the_replicas_and_yield_to_the_config_file_and_flags(tmp_path):
-    strategy = _strategy(2)
+def test_tpu_defaults_scale_with_the_replicas_and_yield_to_the_config_file_and_flags(tmp_path, two_replicas):
+    strategy = two_replicas
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"train": {"steps_per_execution": 50}}))
     config = run_config(str(path), {"train": {"checkpoint_every": 300}}, strategy, tpu="local")

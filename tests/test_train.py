@@ -72,11 +72,11 @@ def _random_split(count):
     return Split(ids, np.arange(count, dtype="int32") % 3, [f"f:{i}" for i in range(count)], {})
 
 
-def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus):
+def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus, two_replicas):
     # The demo texts make steps cut to 8 and to 16 tokens (train.length_bucket
     # 8): the replicas' all-reduce must take embedding gradients of both sizes.
     single = train_and_evaluate(_config(), str(tmp_path / "one"), *corpus, export=False)
-    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    mirrored = two_replicas
     double = train_and_evaluate(_config(steps_per_execution=4), str(tmp_path / "two"), *corpus,
                                 strategy=mirrored, export=False)
     assert double["train_loss_by_epoch"][2] < double["train_loss_by_epoch"][1]
@@ -85,8 +85,8 @@ def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus):
     np.testing.assert_allclose(_probabilities(tmp_path / "two"), _probabilities(tmp_path / "one"), atol=0.02)
 
 
-def test_batch_sizes_the_replicas_cannot_share_are_refused_by_field_before_any_work(tmp_path, corpus):
-    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+def test_batch_sizes_the_replicas_cannot_share_are_refused_by_field_before_any_work(tmp_path, corpus, two_replicas):
+    mirrored = two_replicas
     cases = [(_config(batch_size=33), "train.batch_size 33"),
              (override(_config(pretrain_epochs=1), {"pretrain": {"batch_size": 15}}), "pretrain.batch_size 15")]
     for config, named in cases:
@@ -101,9 +101,9 @@ def test_batch_sizes_the_replicas_cannot_share_are_refused_by_field_before_any_w
                               str(tmp_path / "run"), *corpus, strategy=mirrored, export=False)["examples"] == 200
 
 
-def test_prediction_scores_every_example_once_from_two_replicas(tmp_path):
+def test_prediction_scores_every_example_once_from_two_replicas(tmp_path, two_replicas):
     config = _config()
-    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    mirrored = two_replicas
     model_config = dataclasses.replace(config.model, vocabulary_size=30, num_classes=3)
     split = _random_split(10)
     with mirrored.scope():
