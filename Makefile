@@ -8,16 +8,28 @@ DEMO_DIR ?= runs/demo
 # TensorFlow's C++ start-up chatter hides the output that matters; 0 brings it back.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test install clean
+.PHONY: demo test install install-tpu clean
 
 # The stamp is rebuilt whenever the dependency list changes.
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,test]"
 	touch $@
 
 install: $(BIN)/.installed
+
+# On a TPU VM: TensorFlow's TPU build, its libtpu, and tensorflow-text 2.20
+# without its declared dependency on the CPU build; fails if the CPU build
+# got in anyway.
+LIBTPU_INDEX ?= https://storage.googleapis.com/libtpu-tf-releases/index.html
+install-tpu:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -f $(LIBTPU_INDEX) -e ".[tpu]"
+	$(BIN)/python -m pip install --quiet --no-deps "tensorflow-text==2.20.*"
+	! $(BIN)/python -m pip show --quiet tensorflow 2>/dev/null
+	$(BIN)/python -c "import tensorflow as tf, tensorflow_text; print('TensorFlow', tf.__version__)"
 
 # Trains the default model on the embedded demo corpus (fresh each time),
 # exports it, and classifies sentences with the exported SavedModel.

@@ -10,9 +10,7 @@ overrides any field with a JSON file of the same nesting.
 import dataclasses
 import json
 
-
 from pipeline.files import create, open_text
-
 from pipeline.metrics import BEST_METRICS
 
 

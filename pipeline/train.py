@@ -379,7 +379,8 @@ def parse_args(argv=None):
     parser.add_argument("--config", help="JSON file overriding config fields, e.g. "
                         '{"model": {"num_layers": 6}, "train": {"epochs": 5}}')
     parser.add_argument("--tpu", nargs="?", const="local",
-                        help="train on a TPU: 'local' (a TPU VM, the default) or a TPU name/address")
+                        help="train on a TPU: 'local' (a TPU VM, the default) or a TPU name/address; starts "
+                        "from TPU defaults (batches per replica, longer host loops, bfloat16; README)")
     parser.add_argument("--init-from", help="a pipeline.pretrain directory: start from its vocabulary, "
                         "embeddings and encoder (with --pretrain-epochs 0)")
     parser.add_argument("--vocabulary-from", help="a pipeline.train or pipeline.pretrain directory: use its "
@@ -406,7 +407,7 @@ def parse_args(argv=None):
              "best-metric": "the validation score that keeps the epoch: loss (the lowest), accuracy or macro_f1; ",
              "pretrain-learning-rate": "masked-LM's peak learning rate; ",
              "pretrain-batch-size": "sequences per masked-LM step; ",
-             "steps-per-execution": "training steps per host round trip (TPUs: 100 or more); ",
+             "steps-per-execution": "training steps per host round trip (--tpu: 200); ",
              "precision": "auto, float32 or mixed_bfloat16; "}
     for flag, (section, field, kind) in flags.items():
         default = getattr(getattr(Config(), section), field)
