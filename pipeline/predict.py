@@ -51,7 +51,10 @@ def main(argv=None):
     parser.add_argument("--format", choices=["jsonl", "tsv"], default="jsonl")
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args(argv)
-    serve, names = load_classifier(args.model)
+    try:
+        serve, names = load_classifier(args.model)
+    except ValueError as error:
+        sys.exit(f"error: {error}")
     if args.format == "tsv":
         print("\t".join(["label"] + names + ["text"]))
     lines = _lines(args.files)

@@ -13,6 +13,7 @@ SavedModel's `attention` signature.
 import argparse
 import json
 import os
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -96,8 +97,11 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="directory for attention.html and the PNGs")
     parser.add_argument("sentences", nargs="+", help="sentences to show")
     args = parser.parse_args(argv)
+    try:
+        maps = attention_maps(args.model, args.sentences)
+    except ValueError as error:
+        sys.exit(f"error: {error}")
     os.makedirs(args.out, exist_ok=True)
-    maps = attention_maps(args.model, args.sentences)
     page = os.path.join(args.out, "attention.html")
     write_page(maps, page)
     print(page)

@@ -179,3 +179,17 @@ def test_an_ensemble_of_runs_serves_the_mean_of_their_probabilities(tmp_path):
     assert not os.path.exists(tmp_path / "refused")
     with pytest.raises(ValueError, match="own vocabulary"):
         member(str(tmp_path / "both"), 3, corpus, vocabulary_from=first, init_from=first)
+
+
+@pytest.mark.parametrize("command", ["predict", "visualize"])
+def test_a_model_path_that_is_no_export_is_a_one_line_error(tmp_path, command):
+    from pipeline.predict import main as predict_main
+    from pipeline.visualize import main as visualize_main
+
+    missing = str(tmp_path / "no_export")
+    main, extra = {"predict": (predict_main, []), "visualize": (visualize_main, ["--out", str(tmp_path / "out"),
+                                                                                  "a sentence"])}[command]
+    with pytest.raises(SystemExit, match=f"^error: {missing}: neither a SavedModel nor a folder of numbered "
+                                         "versions$"):
+        main(["--model", missing, *extra])
+    assert not (tmp_path / "out").exists()
