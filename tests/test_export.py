@@ -193,3 +193,20 @@ def test_a_model_path_that_is_no_export_is_a_one_line_error(tmp_path, command):
                                          "versions$"):
         main(["--model", missing, *extra])
     assert not (tmp_path / "out").exists()
+
+
+def test_console_scripts_run_the_entry_points(exported):
+    from importlib.metadata import entry_points
+
+    scripts = {point.name: point for point in entry_points(group="console_scripts") if point.name.startswith("albert-")}
+    assert {name: point.value for name, point in scripts.items()} == {
+        "albert-train": "pipeline.train:main", "albert-pretrain": "pipeline.pretrain:main",
+        "albert-export": "pipeline.export:main", "albert-predict": "pipeline.predict:main",
+        "albert-visualize": "pipeline.visualize:main", "albert-sweep": "tuning.sweep:main"}
+    assert all(callable(point.load()) for point in scripts.values())
+    _, _, root, _ = exported
+    result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "albert-predict"), "--model", root,
+                             "--format", "tsv"], input="a dog\n", capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[0] == "label\tnegative\tneutral\tpositive\ttext"
+    assert result.stdout.splitlines()[1].endswith("\ta dog")
