@@ -11,6 +11,7 @@ import dataclasses
 import json
 
 from pipeline.files import create, open_text
+from pipeline.labels import parse_class_weights
 from pipeline.metrics import BEST_METRICS
 
 
@@ -160,6 +161,10 @@ class TrainConfig:
     # would. Seeds 42 / 2 / 7 with 8 against 16: test accuracy -0.87 /
     # -0.46 / -0.14 points, validation +0.30 / +0.46 / -0.09 (README).
     length_bucket: int = 8
+    # Weights of the classes in the classifier's loss: "none", "balanced"
+    # (each class weighs examples / (classes x its examples), so a rare class
+    # counts as much as a common one) or "NAME:WEIGHT,..." by class name.
+    class_weight: str = "none"
     # Fraction of real tokens ([CLS] excepted) replaced by [UNK] in
     # classification training batches (not masked-LM's), a new draw every
     # epoch: word dropout, an augmentation against leaning on a few words.
@@ -296,6 +301,8 @@ class TrainConfig:
             raise ValueError(f"train.members must be 1 or more, got {self.members}")
         if self.best_metric not in BEST_METRICS:
             raise ValueError(f"train.best_metric must be one of {', '.join(BEST_METRICS)}, got {self.best_metric!r}")
+        if self.class_weight not in ("none", "balanced"):
+            parse_class_weights(self.class_weight)
         if not 0 <= self.validation_split < 1:
             raise ValueError(f"train.validation_split must be at least 0 and under 1, got {self.validation_split}")
 

@@ -19,6 +19,46 @@ def label_names(labels):
     return sorted(names)
 
 
+def class_weights(spec, labels, names):
+    """The loss weight of each class id for `train.class_weight`'s `spec`,
+    float32 `(len(names),)`, or None for "none".
+
+    "balanced" weighs each class by `examples / (classes * its examples)` in
+    `labels` (the training label ids), as scikit-learn does, so every class
+    adds as much to the loss; "NAME:WEIGHT,..." gives classes by name (the
+    others weigh 1).
+    """
+    if spec == "none":
+        return None
+    if spec == "balanced":
+        counts = np.bincount(labels, minlength=len(names)).astype("float64")
+        return (len(labels) / (len(names) * np.maximum(counts, 1))).astype("float32")
+    weights = np.ones(len(names), "float32")
+    for name, weight in parse_class_weights(spec).items():
+        if name not in names:
+            raise ValueError(f"train.class_weight names class {name!r}, which the training data does not have; "
+                             f"its classes: {list(names)}")
+        weights[list(names).index(name)] = weight
+    return weights
+
+
+def parse_class_weights(spec):
+    """`{name: weight}` of a "NAME:WEIGHT,..." `train.class_weight`; a
+    `ValueError` naming the part that is not one."""
+    weights = {}
+    for part in spec.split(","):
+        name, separator, weight = part.rpartition(":")
+        try:
+            value = float(weight)
+        except ValueError:
+            value = -1.0
+        if not separator or not name or not value > 0:
+            raise ValueError(f"train.class_weight {spec!r}: {part!r} is not NAME:WEIGHT with a positive weight "
+                             "(or use \"balanced\" or \"none\")")
+        weights[name] = value
+    return weights
+
+
 def encode_labels(examples, names, skip_bad_rows=False):
     """Label ids of `examples` (int32), for a label set `names`.
 

@@ -5,6 +5,11 @@ import numpy as np
 # The validation scores `train.best_metric` may keep an epoch on (and a
 # sweep rank its trials by), each with the direction that is better.
 BEST_METRICS = {"loss": "min", "accuracy": "max", "macro_f1": "max"}
+# A model that predicts one class for at least this share of the examples,
+# where that class's true share is at most ONE_CLASS_TRUE_SHARE, has learned
+# little beyond always answering it (`one_class_warning`).
+ONE_CLASS_PREDICTED_SHARE = 0.95
+ONE_CLASS_TRUE_SHARE = 0.9
 
 
 def classification_report(labels, probabilities, label_names):
@@ -39,6 +44,24 @@ def classification_report(labels, probabilities, label_names):
                       for name, stats in per_class.items()},
         "confusion_matrix": {"labels": list(label_names), "rows_true_columns_predicted": confusion.tolist()},
     }
+
+
+def one_class_warning(report):
+    """A one-line warning where a `classification_report`'s model predicts
+    (nearly) one class for every example, else None."""
+    confusion = np.asarray(report["confusion_matrix"]["rows_true_columns_predicted"])
+    total = int(confusion.sum())
+    if not total:
+        return None
+    predicted_share = confusion.sum(axis=0) / total
+    top = int(np.argmax(predicted_share))
+    true_share = confusion[top].sum() / total
+    if predicted_share[top] < ONE_CLASS_PREDICTED_SHARE or true_share > ONE_CLASS_TRUE_SHARE:
+        return None
+    name = report["confusion_matrix"]["labels"][top]
+    return (f"warning: the model predicts {name!r} for {predicted_share[top]:.0%} of the {total} examples, "
+            f"{true_share:.0%} of which are {name!r}: it has learned little beyond always answering it "
+            f"(macro-F1 {report['macro_f1']:.4f}). Try --class-weight balanced, more epochs or more data.")
 
 
 def log_loss(labels, probabilities):

@@ -48,7 +48,7 @@ SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads",
 # (`finished_pretraining`).
 UNREAD_FIELDS = {"model": ("num_classes", "pooling", "head_shared_kernel"),
                  "data": ("label_column",),
-                 "train": ("learning_rate", "batch_size", "token_dropout", "best_metric", "keep_best_epoch",
+                 "train": ("learning_rate", "batch_size", "token_dropout", "best_metric", "keep_best_epoch", "class_weight",
                            "pretrain_epochs", "members", "refit", "validation_split", "weight_averaging")}
 # The masked-token accuracy reported at the end is measured on a fresh
 # masking of about this many training documents (all of them when fewer): a

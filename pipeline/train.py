@@ -37,8 +37,8 @@ from pipeline.dataset import (concatenate, hold_out, learn_vocabulary, load_spli
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.files import atomic_write
-from pipeline.labels import load_label_names
-from pipeline.metrics import classification_report, format_report, scores_line, selection_score
+from pipeline.labels import class_weights, load_label_names
+from pipeline.metrics import classification_report, format_report, one_class_warning, scores_line, selection_score
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
 from pipeline.readers import DataError
@@ -109,7 +109,7 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     if config.train.refits:
         everything = (concatenate([train, evaluation]) if whole is None
                       else load_split(whole, config.data, tokenizer, names))  # in file order
-        exported, report["refit"] = refit(config, model_dir, everything, tokenizer, tpu, strategy, init_from)
+        exported, report["refit"] = refit(config, model_dir, everything, tokenizer, names, tpu, strategy, init_from)
     if held_out is not None:  # the held-out examples chose the epoch; the evaluation files score what is exported
         report = scored_on(report, [exported], evaluation, names, strategy, config.train.batch_size)
     models, kept = [exported], [model]
@@ -127,6 +127,8 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
         print("On the evaluation files, the exported model"
               f"{' (the refit, trained on all the training files)' if config.train.refits else ''}:")
     print(format_report(report))
+    if warning := one_class_warning(report):
+        print(warning)
     _print_skipped(report["skipped_rows"])
     if config.train.refits and held_out is None:
         print("These scores are of the epoch kept on the evaluation files; the refit, trained on them too, is "
@@ -227,7 +229,7 @@ def _member_scores(directory, seed, report):
     return scores
 
 
-def refit(config, model_dir, data, tokenizer, tpu, strategy, init_from=None):
+def refit(config, model_dir, data, tokenizer, names, tpu, strategy, init_from=None):
     """`train.refit`: the run's classifier trained again on `data`, its
     training examples and those that kept its epoch together (tokenized by
     the run's `tokenizer`), for the epochs it kept.
@@ -249,7 +251,8 @@ def refit(config, model_dir, data, tokenizer, tpu, strategy, init_from=None):
         if init_from:  # a resumed refit's checkpoint then overrides these
             initialize_from(model, init_from, config.model, tokenizer.vocabulary)
         steps = len(data) // config.train.batch_size * config.train.epochs
-        trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, directory)
+        trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, directory,
+                          class_weights=_class_weights(config, data, names))
     losses = trainer.fit(_training_batches(config, strategy, data), len(data), epochs)
     model.save_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
     finish_run(directory, strategy)
@@ -314,7 +317,8 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
     epochs = epochs or config.train.epochs
     steps = len(train) // config.train.batch_size * epochs
     with strategy.scope():
-        trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir)
+        trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir,
+                          class_weights=_class_weights(config, train, names))
     eval_writer = tf.summary.create_file_writer(os.path.join(trainer.output_dir, "logs", "eval"))
 
     def on_epoch_end(epoch):
@@ -332,6 +336,15 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
     report["skipped_rows"] = {"train": train.skipped, "eval": evaluation.skipped}
     report["train_loss_by_epoch"] = epoch_losses
     return report
+
+
+def _class_weights(config, split, names):
+    # `train.class_weight` for `split`'s labels, said when there are any.
+    weights = class_weights(config.train.class_weight, split.labels, names)
+    if weights is not None:
+        print(f"class weights ({config.train.class_weight}): "
+              + ", ".join(f"{name} {weight:.3g}" for name, weight in zip(names, weights)))
+    return weights
 
 
 def _training_batches(config, strategy, split):
@@ -394,6 +407,7 @@ def parse_args(argv=None):
         "validation-split": ("train", "validation_split", float),
         "members": ("train", "members", int),
         "best-metric": ("train", "best_metric", str),
+        "class-weight": ("train", "class_weight", str),
         "pretrain-learning-rate": ("pretrain", "learning_rate", float),
         "pretrain-batch-size": ("pretrain", "batch_size", int),
         "steps-per-execution": ("train", "steps_per_execution", int),
@@ -405,6 +419,7 @@ def parse_args(argv=None):
              "validation-split": "fraction of --train held out to keep the best epoch on, 0 = keep it on --eval; ",
              "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
              "best-metric": "the validation score that keeps the epoch: loss (the lowest), accuracy or macro_f1; ",
+             "class-weight": "the classes' weights in the loss: none, balanced, or NAME:WEIGHT,...; ",
              "pretrain-learning-rate": "masked-LM's peak learning rate; ",
              "pretrain-batch-size": "sequences per masked-LM step; ",
              "steps-per-execution": "training steps per host round trip (--tpu: 200); ",

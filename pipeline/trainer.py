@@ -130,11 +130,14 @@ class Trainer:
     non-chief workers of a cluster; see `pipeline.strategy.output_dir`).
     `learning_rate_field` names the config field `train_config`'s learning
     rate came from, for the message of a loss that stops being finite.
+    `class_weights` (float `(classes,)`, `pipeline.labels.class_weights`)
+    weigh each classification example's loss by its label.
     """
 
     def __init__(self, model, optimizer, strategy, train_config, model_dir,
-                 learning_rate_field="train.learning_rate"):
+                 learning_rate_field="train.learning_rate", class_weights=None):
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.class_weights = None if class_weights is None else tf.constant(class_weights, tf.float32)
         self.config = train_config
         self.learning_rate_field = learning_rate_field
         self.model_dir = model_dir
@@ -223,6 +226,8 @@ class Trainer:
                 probabilities, labels, weights = probabilities[name], labels[name], weights[name]
             else:
                 per_example = _per_example_loss(labels, probabilities, weights)
+                if self.class_weights is not None:
+                    per_example *= tf.gather(self.class_weights, labels)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.config.batch_size)
         gradients = tape.gradient(loss, self.model.trainable_variables)
         return per_example, gradients, (probabilities, labels, weights)

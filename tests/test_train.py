@@ -523,3 +523,24 @@ def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, 
         train_and_evaluate(Config.from_dict({**DEFAULT_SPLIT, "train": {**DEFAULT_SPLIT["train"], "pretrain_epochs": 1}}),
                            model_dir, *corpus, export=False)
     assert not os.path.exists(os.path.join(model_dir, "pretrain"))
+
+
+def test_class_weights_scale_each_examples_loss_by_its_label(tmp_path):
+    config = _config()
+    model = build_model(dataclasses.replace(config.model, vocabulary_size=30, num_classes=3))
+    split = _random_split(6)
+    trainer = Trainer(model, build_optimizer(config.train, 6), tf.distribute.get_strategy(), config.train,
+                      str(tmp_path), class_weights=np.array([1.0, 3.0, 0.5], "float32"))
+    per_example, _, _ = trainer._forward_backward((split.ids, split.labels))
+    plain = keras.losses.sparse_categorical_crossentropy(split.labels, model(split.ids, training=True))
+    np.testing.assert_allclose(per_example, plain * np.array([1.0, 3.0, 0.5] * 2), rtol=1e-5)
+
+
+def test_class_weight_is_said_at_the_start_and_saved(tmp_path, corpus, capsys):
+    train_and_evaluate(_config(epochs=1, class_weight="negative:1,positive:2.5"), str(tmp_path / "run"), *corpus,
+                       export=False)
+    assert "class weights (negative:1,positive:2.5): negative 1, positive 2.5" in capsys.readouterr().out
+    with open(tmp_path / "run" / "config.json") as f:
+        assert json.load(f)["train"]["class_weight"] == "negative:1,positive:2.5"
+    with pytest.raises(ValueError, match="names class 'neutral', which the training data does not have"):
+        train_and_evaluate(_config(epochs=1, class_weight="neutral:2"), str(tmp_path / "other"), *corpus)
