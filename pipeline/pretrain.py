@@ -30,12 +30,19 @@ from pipeline.files import atomic_write, open_text
 from pipeline.masking import masked_lm_dataset, word_ids_of
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
-from pipeline.strategy import (TPUUnavailableError, check_batch_sizes, configure_runtime, finish_run, output_dir,
-                               resolve_strategy, run_config)
+from pipeline.strategy import (
+    TPUUnavailableError,
+    check_batch_sizes,
+    configure_runtime,
+    finish_run,
+    output_dir,
+    resolve_strategy,
+    run_config,
+)
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
 
-METRICS_FILE = "pretrain_metrics.json"
+PRETRAIN_METRICS_FILE = "pretrain_metrics.json"
 # Layers a classifier takes from a pre-trained run, by the names build_model gives them.
 SHARED_LAYERS = ("embedding", "embedding_norm", "encoder")
 # Model fields that must match for those weights to fit.
@@ -48,8 +55,9 @@ SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads",
 # (`finished_pretraining`).
 UNREAD_FIELDS = {"model": ("num_classes", "pooling", "head_shared_kernel"),
                  "data": ("label_column",),
-                 "train": ("learning_rate", "batch_size", "token_dropout", "best_metric", "keep_best_epoch", "class_weight",
-                           "pretrain_epochs", "members", "refit", "validation_split", "weight_averaging")}
+                 "train": ("learning_rate", "batch_size", "token_dropout", "best_metric", "keep_best_epoch",
+                           "pretrain_epochs", "members", "refit", "validation_split", "weight_averaging",
+                           "class_weight")}
 # The masked-token accuracy reported at the end is measured on a fresh
 # masking of about this many training documents (all of them when fewer): a
 # random sample, as each epoch's steps are shuffled. On 27k tweets the whole
@@ -94,7 +102,7 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     report = evaluate_masked_lm(model, strategy, lambda input_context: make_dataset(
         epoch=config.train.epochs, input_context=input_context).take(evaluation_steps))
     report["loss_by_epoch"] = losses
-    with atomic_write(os.path.join(output, METRICS_FILE)) as f:  # last: the mark of a finished run
+    with atomic_write(os.path.join(output, PRETRAIN_METRICS_FILE)) as f:  # last: the mark of a finished run
         json.dump(report, f, indent=2)
     _print_report(report)
     finish_run(model_dir, strategy)
@@ -145,7 +153,7 @@ def _finished_report(model_dir):
     # The report a finished run wrote last, or None. Read from `model_dir`,
     # where every worker of a cluster reads the chief's checkpoints too, so
     # that all of them skip or none does.
-    path = os.path.join(model_dir, METRICS_FILE)
+    path = os.path.join(model_dir, PRETRAIN_METRICS_FILE)
     if not tf.io.gfile.exists(path):
         return None
     with open_text(path) as f:
@@ -275,7 +283,8 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, help="sequences per masked-LM step, pretrain.batch_size "
                         f"(default {Config().pretrain.batch_size})")
     parser.add_argument("--learning-rate", type=float,
-                        help=f"peak masked-LM learning rate, pretrain.learning_rate (default {Config().pretrain.learning_rate})")
+                        help="peak masked-LM learning rate, pretrain.learning_rate "
+                        f"(default {Config().pretrain.learning_rate})")
     parser.add_argument("--max-length", type=int)
     parser.add_argument("--max-predictions", type=int, help="predicted positions per sequence (default 20)")
     parser.add_argument("--whole-word-masking", action="store_true", help="mask all pieces of a word together")

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 from pipeline.config import Config, PretrainConfig, override
-from pipeline.demo_corpus import generate, write_demo_corpus
 from pipeline.dataset import distribute
+from pipeline.demo_corpus import generate, write_demo_corpus
 from pipeline.export import main as export_main
 from pipeline.masking import mask_tokens, masked_lm_dataset, swap_segments, word_ids_of
 from pipeline.model import build_model, build_pretraining_model
@@ -256,7 +256,7 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
               "data": {"label_column": "sentiment"},
               "train": {"learning_rate": 0.5, "batch_size": 8, "token_dropout": 0.3, "best_metric": "macro_f1",
                         "keep_best_epoch": False, "pretrain_epochs": 9, "members": 4, "refit": True,
-                        "validation_split": 0.3, "weight_averaging": 0.5}}
+                        "validation_split": 0.3, "weight_averaging": 0.5, "class_weight": "balanced"}}
     assert {section: tuple(fields) for section, fields in unread.items()} == UNREAD_FIELDS
     # Nor does its host loop change what it computes.
     host_loop = {"train": {"steps_per_execution": 3, "checkpoint_every": 5}}
@@ -303,11 +303,13 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     one = train_and_evaluate(config, str(tmp_path / "one"), *corpus, export=False)
     with open(tmp_path / "one" / "pretrain" / "pretrain_metrics.json") as f:
         assert len(json.load(f)["loss_by_epoch"]) == 2
-    assert Tokenizer.load(str(tmp_path / "one")).vocabulary == Tokenizer.load(str(tmp_path / "one" / "pretrain")).vocabulary
+    pretrained = Tokenizer.load(str(tmp_path / "one" / "pretrain"))
+    assert Tokenizer.load(str(tmp_path / "one")).vocabulary == pretrained.vocabulary
     # The same run as the two commands, to the last digit: with the same
     # config, `pipeline.pretrain` pre-trains for train.pretrain_epochs too.
     config.save(str(tmp_path / "config.json"))
-    pretrain_main(["--text", corpus[0], "--model-dir", str(tmp_path / "pre"), "--config", str(tmp_path / "config.json")])
+    pretrain_main(["--text", corpus[0], "--model-dir", str(tmp_path / "pre"),
+                   "--config", str(tmp_path / "config.json")])
     with open(tmp_path / "pre" / "pretrain_metrics.json") as f:
         assert len(json.load(f)["loss_by_epoch"]) == 2
     two = train_and_evaluate(override(config, {"train": {"pretrain_epochs": 0}}), str(tmp_path / "two"), *corpus,
@@ -461,7 +463,8 @@ def test_sentence_order_prediction_learns_and_the_classifier_starts_from_it(tmp_
     initialize_from(classifier, run, saved.model, Tokenizer.load(run).vocabulary)
     reference = build_pretraining_model(saved.model, sentence_order=True)
     restore_variables(reference, tf.train.latest_checkpoint(os.path.join(run, CHECKPOINT_DIR)))
-    for ours, theirs in zip(classifier.get_layer("encoder").get_weights(), reference.get_layer("encoder").get_weights()):
+    encoders = (classifier.get_layer("encoder"), reference.get_layer("encoder"))
+    for ours, theirs in zip(*(encoder.get_weights() for encoder in encoders)):
         np.testing.assert_array_equal(ours, theirs)
 
 
