@@ -313,7 +313,8 @@ def main():
     parser.add_argument("--keras-hub-batch-size", type=int, default=32, help="keras-hub's batch size (default 32)")
     parser.add_argument("--keras-hub-learning-rate", type=float, default=5e-4, help="keras-hub's peak learning rate "
                         "(default 5e-4: at this project's 64 and 1e-3 it scored lower on the tweets)")
-    parser.add_argument("--skip-keras-hub", action="store_true", help="leave out keras-hub's classifier, the slowest arm")
+    parser.add_argument("--skip-keras-hub", action="store_true",
+                        help="leave out keras-hub's classifier, the slowest arm")
     parser.add_argument("--whole-split", action="store_true", help="also train this project on the whole training "
                         "split and keep its last epoch, as keras-hub's arm does")
     parser.add_argument("--ensemble", type=lambda v: [int(s) for s in v.split(",")], metavar="SEEDS",

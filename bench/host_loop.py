@@ -68,7 +68,8 @@ def main():
     print(f"{args.rounds} rounds of {args.steps} steps, batch {config.train.batch_size}, max length "
           f"{config.model.max_length}: {results['median_ms_per_step']['one']:.1f} ms/step with one step per "
           f"round trip, {results['median_ms_per_step']['default']:.1f} with {arms['default']}: "
-          f"{results['ratio']:.3f}x the time, {results['round_trip_ms']:.1f} ms per round trip saved; per round " + ", ".join(f"{r:.3f}x" for r in results["round_ratios"]))
+          f"{results['ratio']:.3f}x the time, {results['round_trip_ms']:.1f} ms per round trip saved; per round "
+          + ", ".join(f"{r:.3f}x" for r in results["round_ratios"]))
     write_results(results, args.out)
 
 

@@ -119,7 +119,8 @@ def main():
                               config.train, directory)
         texts = [text for text, _ in generate(args.examples, seed=0)]  # the corpus's
         word_ids, word_ids_rate, masked_first_rate, masked_rate = masked_lm_input(texts, tokenizer, config)
-        masked_train_rate = training(build_pretraining_model(config.model), masked_lm_batches(word_ids, tokenizer, config),
+        masked_train_rate = training(build_pretraining_model(config.model),
+                                     masked_lm_batches(word_ids, tokenizer, config),
                                      masked_lm_train_config(config),
                                      os.path.join(directory, "pretrain"))
     results = {"examples": args.examples, "max_length": config.model.max_length,

@@ -35,7 +35,7 @@ from common import write_results
 def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, finetune_epochs, overrides=None):
     """`this_project` with `train.pretrain_epochs` (the config's when None)."""
     from pipeline.config import Config, override
-    from pipeline.pretrain import METRICS_FILE
+    from pipeline.pretrain import PRETRAIN_METRICS_FILE
     from pipeline.train import PRETRAIN_DIR
 
     overrides = override(Config(), overrides or {}).to_dict()
@@ -44,7 +44,7 @@ def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, fi
     if not overrides["train"]["pretrain_epochs"]:
         raise ValueError("--pretrain-epochs must be 1 or more")
     result = this_project(train_path, test_path, directory, finetune_epochs, overrides)
-    with open(os.path.join(directory, PRETRAIN_DIR, METRICS_FILE)) as f:
+    with open(os.path.join(directory, PRETRAIN_DIR, PRETRAIN_METRICS_FILE)) as f:
         masked = json.load(f)
     return {**result, "pretrain_epochs": overrides["train"]["pretrain_epochs"], "finetune_epochs": result["epochs"],
             "masked_accuracy": masked["masked_accuracy"],

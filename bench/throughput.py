@@ -86,7 +86,8 @@ def main():
                         "each model's median over them is reported")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per model and round")
     parser.add_argument("--precisions", type=lambda v: v.split(","), default=["float32", "mixed_bfloat16"],
-                        help="comma-separated, float32 first (its peak is the MFU's and its keras-hub rate the ratios')")
+                        help="comma-separated, float32 first "
+                        "(its peak is the MFU's and its keras-hub rate the ratios')")
     parser.add_argument("--out", default=os.path.join("bench", "results", "throughput.json"),
                         help="JSON of the medians, each round's rates, matmul peaks, float32 step-matmul rates and "
                         "memory bandwidths, and FLOPs per token")

@@ -58,9 +58,9 @@ class ModelConfig:
     # and test accuracy rose (+0.31 / +0.14 / +0.63 points), validation
     # accuracy fell with every seed (-1.31 / -0.43 / -0.43): not kept.
     dropout_rate: float = 0.1
-    # Dropout on attention weights. 0 lets Keras use its fused attention op,
-    # which also keeps logits and softmax in float32 under mixed_bfloat16;
-    # above 0, Keras's explicit path runs the softmax in the compute dtype.
+    # Dropout on attention weights. At 0 the CPU fast path attends in batched
+    # matmuls with float32 logits and softmax under mixed_bfloat16; above 0
+    # (and on TPUs) Keras's MultiHeadAttention attends, and drops weights.
     attention_dropout_rate: float = 0.0
     # Pre-norm blocks instead of the post-norm of BERT/ALBERT.
     norm_first: bool = False
@@ -112,8 +112,6 @@ class DataConfig:
     lower_case: bool = True
     # Unicode normalization applied before splitting ("NFKC", "NFD", "").
     normalization_form: str = "NFKC"
-    # Examples held in the shuffle buffer (whole corpus when it is smaller).
-    shuffle_buffer_size: int = 100_000
 
 
 @dataclasses.dataclass

@@ -7,8 +7,15 @@ to expose every layer's output and attention maps for visualization.
 
 import keras
 
-from layers import (ClassificationHead, Dropout, FactorizedEmbedding, LayerNormalization, MaskedLMHead, SharedEncoder,
-                    TimingSignal1D)
+from layers import (
+    ClassificationHead,
+    Dropout,
+    FactorizedEmbedding,
+    LayerNormalization,
+    MaskedLMHead,
+    SharedEncoder,
+    TimingSignal1D,
+)
 
 
 def build_model(config):

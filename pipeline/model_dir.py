@@ -27,9 +27,8 @@ import os
 
 import tensorflow as tf
 
-from pipeline.files import open_text
-
 from pipeline.config import Config
+from pipeline.files import open_text
 from pipeline.labels import LABELS_FILE, load_label_names, save_label_names
 from pipeline.model import build_model
 from pipeline.tokenizer import Tokenizer

@@ -222,4 +222,5 @@ def _text_rows(path, text_column, label_column):
                 yield f"{path}:{number}", line.rstrip("\n"), None, None
 
 
-_ROW_READERS = {"text": _text_rows, "csv": _csv_rows, "tsv": _tsv_rows, "jsonl": _jsonl_rows, "tfrecord": _tfrecord_rows}
+_ROW_READERS = {"text": _text_rows, "csv": _csv_rows, "tsv": _tsv_rows, "jsonl": _jsonl_rows,
+                "tfrecord": _tfrecord_rows}

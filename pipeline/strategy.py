@@ -10,7 +10,6 @@ import tensorflow as tf
 from layers import fast_path
 from pipeline.config import Config, override
 
-
 # Under MODEL_DIR: the folders the non-chief workers of a cluster write to.
 WORKERS_DIR = "workers"
 

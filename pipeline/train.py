@@ -32,8 +32,15 @@ import tensorflow as tf
 from layers import fast_path
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
-from pipeline.dataset import (concatenate, hold_out, learn_vocabulary, load_split, read_split, train_dataset,
-                              usable_length_bucket)
+from pipeline.dataset import (
+    concatenate,
+    hold_out,
+    learn_vocabulary,
+    load_split,
+    read_split,
+    train_dataset,
+    usable_length_bucket,
+)
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import EXPORT_DIR, export_saved_model
 from pipeline.files import atomic_write
@@ -42,8 +49,15 @@ from pipeline.metrics import classification_report, format_report, one_class_war
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
 from pipeline.readers import DataError
-from pipeline.strategy import (TPUUnavailableError, check_batch_sizes, configure_runtime, finish_run, output_dir,
-                               resolve_strategy, run_config)
+from pipeline.strategy import (
+    TPUUnavailableError,
+    check_batch_sizes,
+    configure_runtime,
+    finish_run,
+    output_dir,
+    resolve_strategy,
+    run_config,
+)
 from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
 from pipeline.trainer import BEST_WEIGHTS, Predictor, Trainer, TrainingError, build_optimizer
 
@@ -99,7 +113,8 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
           f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}, "
           f"batches of {config.train.batch_size}, {config.train.steps_per_execution} steps per host round trip, "
           f"a checkpoint every {config.train.checkpoint_every} steps"
-          f"{'' if fast_path.enabled() else ', plain Keras layers'}{', XLA-compiled steps' if config.train.jit_compile else ''}")
+          f"{'' if fast_path.enabled() else ', plain Keras layers'}"
+          f"{', XLA-compiled steps' if config.train.jit_compile else ''}")
     with strategy.scope():
         model = build_model(config.model)
         if init_from:  # a resumed run's checkpoint then overrides these
@@ -213,17 +228,17 @@ def train_members(config, report, models, kept, model_dir, train_paths, eval_pat
 
 
 def _scores_line(score):
-    line = f"accuracy {score['accuracy']:.4f}, macro-F1 {score['macro_f1']:.4f}"
+    line = scores_line(score)
     if "validation" in score:
-        line += (f" (validation accuracy {score['validation']['accuracy']:.4f}, "
-                 f"macro-F1 {score['validation']['macro_f1']:.4f})")
+        line += f" (validation {scores_line(score['validation'])})"
     return line
 
 
 def _member_scores(directory, seed, report):
-    scores = {"model_dir": directory, "seed": seed, "accuracy": report["accuracy"], "macro_f1": report["macro_f1"]}
+    scores = {"model_dir": directory, "seed": seed,
+              **{key: report[key] for key in ("accuracy", "macro_f1", "loss")}}
     if "validation" in report:
-        scores["validation"] = {key: report["validation"][key] for key in ("accuracy", "macro_f1")}
+        scores["validation"] = {key: report["validation"][key] for key in ("accuracy", "macro_f1", "loss")}
     if "refit" in report:
         scores["refit_epochs"] = report["refit"]["epochs"]
     return scores

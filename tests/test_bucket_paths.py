@@ -16,8 +16,9 @@ from pipeline.demo_corpus import write_demo_corpus
 from pipeline.labels import LABELS_FILE
 from pipeline.model_dir import CONFIG_FILE, REFIT_DIR
 from pipeline.predict import classify, load_classifier
+from pipeline.pretrain import PRETRAIN_METRICS_FILE
 from pipeline.tokenizer import VOCABULARY_FILE
-from pipeline.train import METRICS_FILE, train_and_evaluate
+from pipeline.train import METRICS_FILE, PRETRAIN_DIR, train_and_evaluate
 from pipeline.trainer import BEST_WEIGHTS
 from tuning.sweep import run_sweep
 
@@ -63,7 +64,7 @@ def test_a_run_in_a_bucket_resumes_exports_and_serves_as_a_local_run(tmp_path, m
     for key in ("accuracy", "macro_f1", "loss"):
         assert resumed[key] == pytest.approx(local[key], abs=1e-6), key
     for name in (CONFIG_FILE, VOCABULARY_FILE, LABELS_FILE, METRICS_FILE, BEST_WEIGHTS, f"{REFIT_DIR}/{BEST_WEIGHTS}",
-                 "logs/train", "pretrain/pretrain_metrics.json"):
+                 "logs/train", f"{PRETRAIN_DIR}/{PRETRAIN_METRICS_FILE}"):
         assert tf.io.gfile.exists(f"{run}/{name}"), name
 
     serve, names = load_classifier(f"{run}/export")  # its latest version, found by listing the bucket

@@ -5,8 +5,16 @@ import pytest
 import tensorflow as tf
 
 from pipeline.config import DataConfig
-from pipeline.dataset import (Split, concatenate, distribute, eval_dataset, hold_out, learn_vocabulary, load_split,
-                              train_dataset)
+from pipeline.dataset import (
+    Split,
+    concatenate,
+    distribute,
+    eval_dataset,
+    hold_out,
+    learn_vocabulary,
+    load_split,
+    train_dataset,
+)
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.readers import Examples
 from pipeline.tokenizer import CLS_ID, UNK_ID

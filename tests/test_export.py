@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import NAMES
+from graph_helper import xla_compiled_ops
 from pipeline.export import latest_export, next_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from conftest import NAMES
-from graph_helper import xla_compiled_ops
 STRANGE = [
     "", "   \t ", "x" * 100_000, "control\x00\x07\x1b chars", "emoji 😀🎉👍🏽", "مرحبا بالعالم",
     "עברית", "我爱北京天安门没有空格", "Mixed 北京 and English!", "the cat sat on the mat",

@@ -1,8 +1,8 @@
 import keras
 import numpy as np
 import tensorflow as tf
-from layer_test_helper import run_layer_test
 
+from layer_test_helper import run_layer_test
 from layers.layer_normalization import LayerNormalization
 
 

@@ -1,6 +1,6 @@
 import numpy as np
-from layer_test_helper import run_layer_test
 
+from layer_test_helper import run_layer_test
 from layers import FactorizedEmbedding, MaskedLMHead
 
 

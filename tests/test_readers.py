@@ -31,8 +31,9 @@ def test_every_format_reads_the_same_examples(tmp_path):
     paths = [
         _write(tmp_path / "a.csv", 'text,label\ngood film,pos\n"bad, ""quoted"" film",neg\n'),
         _write(tmp_path / "a.tsv", 'text\tlabel\ngood film\tpos\nbad, "quoted" film\tneg\n'),
-        _write(tmp_path / "a.jsonl", "".join(json.dumps({"text": t, "label": l}) + "\n" for t, l in rows)),
-        _tfrecord(tmp_path / "a.tfrecord", [(t.encode(), l.encode()) for t, l in rows]),
+        _write(tmp_path / "a.jsonl", "".join(json.dumps({"text": text, "label": label}) + "\n"
+                                             for text, label in rows)),
+        _tfrecord(tmp_path / "a.tfrecord", [(text.encode(), label.encode()) for text, label in rows]),
     ]
     for path in paths:
         examples = read_examples(path)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
-from layer_test_helper import run_layer_test
 
+from layer_test_helper import run_layer_test
 from layers import SharedEncoder
 
 KWARGS = {"num_layers": 3, "num_heads": 2, "intermediate_size": 16}

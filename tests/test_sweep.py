@@ -1,3 +1,4 @@
+import dataclasses
 import functools
 import glob
 import json
@@ -7,14 +8,11 @@ import subprocess
 import sys
 import time
 
-import dataclasses
-
 import keras
 import keras_tuner
 import numpy as np
 import pytest
 import tensorflow as tf
-from process_helper import free_port
 
 from pipeline.config import Config
 from pipeline.dataset import learn_tokenizer, read_split
@@ -23,8 +21,9 @@ from pipeline.model import build_pretraining_model
 from pipeline.model_dir import load_config, restore_model, restore_variables, save_vocabulary
 from pipeline.strategy import configure_runtime
 from pipeline.tokenizer import MASK_ID, Tokenizer
-from pipeline.trainer import CHECKPOINT_DIR
 from pipeline.train import prepare_run
+from pipeline.trainer import CHECKPOINT_DIR
+from process_helper import free_port
 from tuning.hypermodel import ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow, sample
 from tuning.sweep import run_sweep

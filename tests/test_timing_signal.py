@@ -1,8 +1,8 @@
 import keras
 import numpy as np
 import pytest
-from layer_test_helper import run_layer_test
 
+from layer_test_helper import run_layer_test
 from layers import TimingSignal1D, get_timing_signal_1d
 
 

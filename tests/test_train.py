@@ -14,7 +14,6 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from process_helper import free_ports
 
 from pipeline.config import Config, override
 from pipeline.dataset import Split, hold_out, load_split, tokenize, train_dataset
@@ -27,6 +26,7 @@ from pipeline.readers import read_examples
 from pipeline.train import main as train_main
 from pipeline.train import train_and_evaluate
 from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
+from process_helper import free_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {
@@ -207,8 +207,8 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
     kernel = model.get_layer("head").logits.kernel
     good = np.asarray(kernel).copy()
     kernel.assign(np.full(kernel.shape, np.nan, "float32"))
-    with pytest.raises(TrainingError, match=r"loss became nan .*last good checkpoint is kept: .*ckpt-20\. "
-                                            r"Lower train\.learning_rate \(now 0\.003\) or train\.clip_norm \(now 1\.0\)"):
+    with pytest.raises(TrainingError, match=r"loss became nan .*last good checkpoint is kept: .*ckpt-20\. Lower "
+                                            r"train\.learning_rate \(now 0\.003\) or train\.clip_norm \(now 1\.0\)"):
         trainer.fit(functools.partial(train_dataset, train, 32, 0), len(train), epochs=2)
     assert tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR)) == saved
     restored = build_model(config.model)
@@ -520,7 +520,8 @@ def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, 
         train_and_evaluate(_config(epochs=2), model_dir, *corpus, export=False)
     # Today's default, a held-out slice, is refused before any work: no pre-training begun, no draw.
     with pytest.raises(ValueError, match=r"train.validation_split: 0.0 -> 0.1"):
-        train_and_evaluate(Config.from_dict({**DEFAULT_SPLIT, "train": {**DEFAULT_SPLIT["train"], "pretrain_epochs": 1}}),
+        train_and_evaluate(Config.from_dict({**DEFAULT_SPLIT,
+                                             "train": {**DEFAULT_SPLIT["train"], "pretrain_epochs": 1}}),
                            model_dir, *corpus, export=False)
     assert not os.path.exists(os.path.join(model_dir, "pretrain"))
 

@@ -1,7 +1,7 @@
 import numpy as np
+
 from graph_helper import xla_compiled_ops
 from layer_test_helper import run_layer_test
-
 from layers import TransformerBlock
 
 

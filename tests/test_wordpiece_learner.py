@@ -18,7 +18,8 @@ def _word_counts(seed=0, size=3000):
     suffixes = ["", "", "s", "ed", "ing", "ily", "y", "er", "门", "人"]
     counts = {}
     for rank in range(1, size + 1):
-        word = rng.choice(prefixes) + "".join(rng.choice(stems) for _ in range(rng.randint(1, 3))) + rng.choice(suffixes)
+        stem = "".join(rng.choice(stems) for _ in range(rng.randint(1, 3)))
+        word = rng.choice(prefixes) + stem + rng.choice(suffixes)
         if rng.random() < 0.05:
             word += rng.choice("ñøß字")
         counts[word] = counts.get(word, 0) + max(1, 2000 // rank)
