@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine with Python 3.11 and pip:
 #   make demo   - create .venv, install, train on the demo corpus, export, classify
-#   make test   - create .venv, install with the test extra, run the whole suite
+#   make test   - create .venv, install with every extra the tests use, run the whole suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -14,7 +14,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,test]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,bayesian,visualize,test]"
 	touch $@
 
 install: $(BIN)/.installed

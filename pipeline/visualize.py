@@ -19,8 +19,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the tokenizer ops the SavedModel uses
 
-from pipeline.export import EXPORT_DIR, latest_export
+from pipeline.export import latest_export
 from pipeline.files import create
+from pipeline.layout import EXPORT_DIR
 
 PAGE_TEMPLATE = os.path.join(os.path.dirname(__file__), "visualize_page.html")
 
@@ -55,13 +56,30 @@ def write_page(maps, path):
         f.write(page)
 
 
+def _plotting():
+    """pyplot, with Noto Sans CJK (shipped by mplfonts) behind DejaVu Sans so
+    that Chinese and Japanese tokens render instead of boxes."""
+    try:
+        import matplotlib
+        import mplfonts
+    except ImportError as error:
+        raise ImportError(f"PNG heat maps need the visualize extra (pip install -e '.[visualize]'): {error}") from None
+    matplotlib.use("Agg")
+    from matplotlib import font_manager, pyplot
+
+    font = os.path.join(os.path.dirname(mplfonts.__file__), "fonts", "NotoSansCJKsc-Regular.otf")
+    font_manager.fontManager.addfont(font)
+    return pyplot, {"font.family": ["DejaVu Sans", font_manager.FontProperties(fname=font).get_name()]}
+
+
 def write_pngs(maps, directory):
     """One PNG per sentence and layer, a grid of that layer's heads."""
-    import matplotlib
+    plt, fonts = _plotting()
+    with plt.rc_context(fonts):
+        return _write_pngs(plt, maps, directory)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def _write_pngs(plt, maps, directory):
     paths = []
     for index, sentence in enumerate(maps):
         attention, tokens = np.asarray(sentence["attention"]), sentence["tokens"]
@@ -105,7 +123,11 @@ def main(argv=None):
     page = os.path.join(args.out, "attention.html")
     write_page(maps, page)
     print(page)
-    for path in write_pngs(maps, args.out):
+    try:
+        paths = write_pngs(maps, args.out)
+    except ImportError as error:
+        sys.exit(f"error: {error}")
+    for path in paths:
         print(path)
 
 

@@ -18,19 +18,19 @@ import tensorflow as tf
 from pipeline.config import override
 from pipeline.dataset import learn_tokenizer, load_split, read_split
 from pipeline.files import atomic_write
+from pipeline.layout import PRETRAIN_DIR, PRETRAINED_FROM
 from pipeline.metrics import BEST_METRICS
 from pipeline.model import build_model
 from pipeline.model_dir import check_or_save_config, has_vocabulary, save_vocabulary
 from pipeline.pretrain import finished_pretraining, initialize_from
 from pipeline.tokenizer import Tokenizer
-from pipeline.train import PRETRAIN_DIR, fit_and_evaluate, pretrain_on_training_texts
+from pipeline.train import fit_and_evaluate, pretrain_on_training_texts
 from tuning.search_space import sample
 
 # Each objective: the kept epoch's validation score (`--objective val_loss`
 # is `report["loss"]`), and its better direction.
 OBJECTIVES = {f"val_{metric}": (metric, direction) for metric, direction in BEST_METRICS.items()}
 # In a trial directory without pretrain/: the other trial's pre-training it started from.
-PRETRAINED_FROM = "pretrained_from.json"
 
 
 class Vocabularies:
@@ -206,6 +206,11 @@ def make_oracle(kind, objective, max_trials, seed, max_epochs):
     if kind == "random":
         return RandomSearchOracle(objective, max_trials=max_trials, seed=seed)
     if kind == "bayesian":
+        try:
+            import scipy  # noqa: F401
+            import sklearn  # noqa: F401
+        except ImportError as error:
+            raise ValueError(f"--tuner bayesian needs the bayesian extra (pip install -e '.[bayesian]'): {error}")
         return BayesianOptimizationOracle(objective, max_trials=max_trials, seed=seed)
     if kind == "hyperband":
         return HyperbandOracle(objective, max_epochs=max_epochs, seed=seed, hyperband_iterations=1)
