@@ -161,7 +161,7 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, whole
     `whole_split`: train on the whole training split and keep the last epoch
     (`train.keep_best_epoch` false; no slice, no refit), as keras-hub's arm
     does."""
-    from pipeline.export import EXPORT_DIR
+    from pipeline.layout import EXPORT_DIR
     from pipeline.train import train_and_evaluate
 
     config = run_config(overrides, epochs, whole_split)
@@ -207,7 +207,8 @@ def this_project_ensemble(train_path, test_path, directory, epochs, overrides, s
     the first learning the vocabulary and the others taking it (`--vocabulary-from`),
     exported as one ensemble (`pipeline.export --model-dir ...`) and scored."""
     from pipeline.config import override
-    from pipeline.export import EXPORT_DIR, export_saved_model, restore_ensemble
+    from pipeline.export import export_saved_model, restore_ensemble
+    from pipeline.layout import EXPORT_DIR
     from pipeline.train import train_and_evaluate
 
     config = run_config(overrides, epochs, whole_split=True)

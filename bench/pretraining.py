@@ -35,8 +35,7 @@ from common import write_results
 def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, finetune_epochs, overrides=None):
     """`this_project` with `train.pretrain_epochs` (the config's when None)."""
     from pipeline.config import Config, override
-    from pipeline.pretrain import PRETRAIN_METRICS_FILE
-    from pipeline.train import PRETRAIN_DIR
+    from pipeline.layout import PRETRAIN_DIR, PRETRAIN_METRICS_FILE
 
     overrides = override(Config(), overrides or {}).to_dict()
     if pretrain_epochs is not None:

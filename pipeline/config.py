@@ -378,19 +378,13 @@ class Config:
         return override(cls(), values, source)
 
     @classmethod
-    def load(cls, path, missing=None, base=None):
-        """Reads a JSON config over `base` (the defaults without it);
-        `missing` (nested like it) fills fields it lacks, with values or
-        functions of the values read."""
+    def load(cls, path, base=None):
+        """Reads a JSON config over `base` (the defaults without it)."""
         with open_text(path) as f:
             try:
                 values = json.load(f)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path}: not valid JSON: {error}") from None
-        for section, fields in (missing or {}).items():
-            for field, value in fields.items():
-                if field not in values.setdefault(section, {}):
-                    values[section][field] = value(values) if callable(value) else value
         return override(base or cls(), values, source=str(path))
 
 

@@ -18,10 +18,10 @@ import sys
 
 import tensorflow as tf
 
+from pipeline.layout import EXPORT_DIR
 from pipeline.model import model_internals
 from pipeline.model_dir import member_dirs, restore_model
 
-EXPORT_DIR = "export"
 TEXT = tf.TensorSpec([None], tf.string, name="text")
 
 

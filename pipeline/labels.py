@@ -6,9 +6,8 @@ import os
 import numpy as np
 
 from pipeline.files import atomic_write, open_text
+from pipeline.layout import LABELS_FILE
 from pipeline.readers import DataError
-
-LABELS_FILE = "labels.json"
 
 
 def label_names(labels):

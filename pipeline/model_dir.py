@@ -1,25 +1,4 @@
-"""The layout of a training run's directory, written by `pipeline.train`.
-
-    MODEL_DIR/config.json        resolved config (model sizes filled in)
-    MODEL_DIR/vocab.txt          vocabulary, one token per line
-    MODEL_DIR/tokenizer.json     tokenizer settings
-    MODEL_DIR/labels.json        class names, indexed by class id
-    MODEL_DIR/checkpoints/       resumable state (model, optimizer, step)
-    MODEL_DIR/best.weights.h5    weights with the best validation score (last epoch's
-                                 without train.keep_best_epoch)
-    MODEL_DIR/best_epoch.json    the epoch those weights are from, and its score
-    MODEL_DIR/epoch_losses.json  mean training loss of each finished epoch (kept across resumes)
-    MODEL_DIR/logs/              TensorBoard
-    MODEL_DIR/metrics.json       final evaluation
-    MODEL_DIR/export/<version>/  serving SavedModel (with train.members, their ensemble)
-    MODEL_DIR/pretrain/          the run's masked-LM pre-training (train.pretrain_epochs)
-    MODEL_DIR/members/<n>/       members 2..N of train.members, each a run of this layout
-    MODEL_DIR/refit/             with train.refit, the classifier trained again on all the training
-                                 files (with train.validation_split 0, and the evaluation files):
-                                 checkpoints/, logs/, epoch_losses.json, and its final weights
-                                 (best.weights.h5), which the export serves
-    MODEL_DIR/workers/<task>/    the other workers' files during a multi-worker run
-"""
+"""Reading, checking and restoring a training run's directory (its layout: `pipeline.layout`)."""
 
 import contextlib
 import json
@@ -29,14 +8,12 @@ import tensorflow as tf
 
 from pipeline.config import Config
 from pipeline.files import open_text
-from pipeline.labels import LABELS_FILE, load_label_names, save_label_names
+from pipeline.labels import load_label_names, save_label_names
+from pipeline.layout import BEST_EPOCH, BEST_WEIGHTS, CHECKPOINT_DIR, CONFIG_FILE, LABELS_FILE, MEMBERS_DIR, REFIT_DIR
 from pipeline.model import build_model
 from pipeline.tokenizer import Tokenizer
-from pipeline.trainer import BEST_EPOCH, BEST_WEIGHTS, CHECKPOINT_DIR, model_variables
+from pipeline.trainer import model_variables
 
-CONFIG_FILE = "config.json"
-MEMBERS_DIR = "members"  # members 2..N of train.members
-REFIT_DIR = "refit"  # train.refit's classifier
 # How the host drives the training steps, not what they compute: a run
 # trains the same weights to the digit whatever they are (tests), so it
 # resumes with others, and a finished pre-training is shared across them.
@@ -47,21 +24,23 @@ HOST_LOOP_FIELDS = {"train": {"steps_per_execution", "checkpoint_every"}}
 # its refit by being started again with --refit, and grows (or shrinks) its
 # ensemble with another --members.
 CHANGEABLE_ON_RESUME = {"train": {"refit", "members"} | HOST_LOOP_FIELDS["train"]}
-# Fields added after runs were saved without them, with the value those runs
-# had (not today's default): a saved config holds every field, so a missing
-# one means a run older than the field.
-# A function of the saved values gives a value that depended on other fields.
-FIELDS_OF_OLDER_RUNS = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-                        "train": {"length_bucket": 0, "pretrain_epochs": 0, "members": 1, "refit": False,
-                                  "validation_split": 0.0, "weight_averaging": 0.0},
-                        # Masked-LM training used the classifier's rate and batch size.
-                        "pretrain": {"learning_rate": lambda saved: saved["train"]["learning_rate"],
-                                     "batch_size": lambda saved: saved["train"]["batch_size"]}}
 
 
 def load_config(model_dir):
-    """The config a run saved."""
-    return Config.load(os.path.join(model_dir, CONFIG_FILE), missing=FIELDS_OF_OLDER_RUNS)
+    """The config a run saved, which holds every field: one lacking some was
+    saved by another version of this project, whose defaults may differ."""
+    path = os.path.join(model_dir, CONFIG_FILE)
+    with open_text(path) as f:
+        try:
+            saved = json.load(f)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not valid JSON: {error}") from None
+    missing = [f"{section}.{field}" for section, fields in Config().to_dict().items()
+               for field in fields if field not in saved.get(section, {})]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(missing)}: saved by another version of this project; "
+                         "train it again in a new --model-dir")
+    return Config.from_dict(saved, source=path)
 
 
 def check_or_save_config(model_dir, config):
@@ -140,7 +119,7 @@ def kept_epoch(model_dir):
     path = os.path.join(model_dir, BEST_EPOCH)
     if not tf.io.gfile.exists(path):
         raise ValueError(f"{model_dir}: no {BEST_EPOCH}, so the epoch it kept is unknown (no epoch has "
-                         "finished, or the run is older than train.refit: train it again in a new --model-dir)")
+                         "finished)")
     with open_text(path) as f:
         return json.load(f)["epoch"]
 

@@ -27,6 +27,7 @@ from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
 from pipeline.dataset import distribute, learn_tokenizer, usable_length_bucket
 from pipeline.files import atomic_write, open_text
+from pipeline.layout import CHECKPOINT_DIR, PRETRAIN_METRICS_FILE, VOCABULARY_FILE
 from pipeline.masking import masked_lm_dataset, word_ids_of
 from pipeline.model import build_pretraining_model
 from pipeline.readers import DataError, read_examples
@@ -39,10 +40,9 @@ from pipeline.strategy import (
     resolve_strategy,
     run_config,
 )
-from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
-from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
+from pipeline.tokenizer import Tokenizer
+from pipeline.trainer import Trainer, TrainingError, build_optimizer
 
-PRETRAIN_METRICS_FILE = "pretrain_metrics.json"
 # Layers a classifier takes from a pre-trained run, by the names build_model gives them.
 SHARED_LAYERS = ("embedding", "embedding_norm", "encoder")
 # Model fields that must match for those weights to fit.

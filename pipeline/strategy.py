@@ -9,9 +9,9 @@ import tensorflow as tf
 
 from layers import fast_path
 from pipeline.config import Config, override
+from pipeline.layout import WORKERS_DIR
 
 # Under MODEL_DIR: the folders the non-chief workers of a cluster write to.
-WORKERS_DIR = "workers"
 
 
 class TPUUnavailableError(RuntimeError):

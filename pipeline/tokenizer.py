@@ -22,15 +22,14 @@ from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 from pipeline import wordpiece_learner
 from pipeline.config import DataConfig
 from pipeline.files import atomic_write, create, open_text
+from pipeline.layout import TOKENIZER_FILE, VOCABULARY_FILE
 
 _DEFAULTS = DataConfig()  # the data section's defaults are the tokenizer's
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
 KINDS = ("wordpiece", "word")
-VOCABULARY_FILE = "vocab.txt"
 LONGEST = 512  # the cap of a max_length derived from the data
-SETTINGS_FILE = "tokenizer.json"
 
 # Each tokenizer's `__call__` traced once per settings (`max_length` may be
 # set after construction) rather than once per split, without AutoGraph
@@ -199,7 +198,7 @@ class Tokenizer(tf.Module):
     def save(self, directory):
         # The vocabulary last and atomically: once it is there, the tokenizer is
         # complete (other workers of a cluster may be reading).
-        with create(os.path.join(directory, SETTINGS_FILE)) as f:
+        with create(os.path.join(directory, TOKENIZER_FILE)) as f:
             json.dump(self.settings, f, indent=2)
         with atomic_write(os.path.join(directory, VOCABULARY_FILE)) as f:
             f.write("\n".join(self.vocabulary) + "\n")
@@ -208,6 +207,6 @@ class Tokenizer(tf.Module):
     def load(cls, directory):
         with open_text(os.path.join(directory, VOCABULARY_FILE)) as f:
             vocabulary = f.read().split("\n")[:-1]
-        with open_text(os.path.join(directory, SETTINGS_FILE)) as f:
+        with open_text(os.path.join(directory, TOKENIZER_FILE)) as f:
             settings = json.load(f)
         return cls(vocabulary, **settings)

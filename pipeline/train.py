@@ -42,9 +42,10 @@ from pipeline.dataset import (
     usable_length_bucket,
 )
 from pipeline.demo_corpus import write_demo_corpus
-from pipeline.export import EXPORT_DIR, export_saved_model
+from pipeline.export import export_saved_model
 from pipeline.files import atomic_write
 from pipeline.labels import class_weights, load_label_names
+from pipeline.layout import BEST_WEIGHTS, EXPORT_DIR, LOGS_DIR, METRICS_FILE, PRETRAIN_DIR, VOCABULARY_FILE
 from pipeline.metrics import classification_report, format_report, one_class_warning, scores_line, selection_score
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
@@ -58,13 +59,11 @@ from pipeline.strategy import (
     resolve_strategy,
     run_config,
 )
-from pipeline.tokenizer import VOCABULARY_FILE, Tokenizer
-from pipeline.trainer import BEST_WEIGHTS, Predictor, Trainer, TrainingError, build_optimizer
+from pipeline.tokenizer import Tokenizer
+from pipeline.trainer import Predictor, Trainer, TrainingError, build_optimizer
 
-METRICS_FILE = "metrics.json"
 # Fields `prepare_run` fills in from the data and the vocabulary.
 DERIVED_FIELDS = {"model": ("vocabulary_size", "num_classes", "max_length")}
-PRETRAIN_DIR = "pretrain"  # a run's own pre-training, with train.pretrain_epochs
 
 
 def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu=None,
@@ -334,7 +333,7 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
     with strategy.scope():
         trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir,
                           class_weights=_class_weights(config, train, names))
-    eval_writer = tf.summary.create_file_writer(os.path.join(trainer.output_dir, "logs", "eval"))
+    eval_writer = tf.summary.create_file_writer(os.path.join(trainer.output_dir, LOGS_DIR, "eval"))
 
     def on_epoch_end(epoch):
         report = _evaluate(trainer, evaluation, names)

@@ -23,14 +23,8 @@ import tensorflow as tf
 
 from pipeline.dataset import distribute, eval_dataset
 from pipeline.files import atomic_write, open_text
+from pipeline.layout import BEST_EPOCH, BEST_WEIGHTS, CHECKPOINT_DIR, EPOCH_LOSSES, LOGS_DIR
 from pipeline.strategy import output_dir
-
-CHECKPOINT_DIR = "checkpoints"
-BEST_WEIGHTS = "best.weights.h5"
-# The epoch best.weights.h5 holds, and its validation score, higher the
-# better (with train.best_metric "loss", the loss negated).
-BEST_EPOCH = "best_epoch.json"
-EPOCH_LOSSES = "epoch_losses.json"  # the mean training loss of each finished epoch
 
 
 class TrainingError(RuntimeError):
@@ -279,7 +273,7 @@ class Trainer:
         step = int(self.step.numpy()) if self._restored else self.restore()
         if step:
             print(f"Resuming from the checkpoint at step {step} of {total_steps}.")
-        writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "logs", "train"))
+        writer = tf.summary.create_file_writer(os.path.join(self.output_dir, LOGS_DIR, "train"))
         epoch_losses = self._finished_epoch_losses(step // steps_per_epoch)
         while step < total_steps:
             epoch, offset = divmod(step, steps_per_epoch)

@@ -13,13 +13,18 @@ import tensorflow as tf
 
 from pipeline.config import Config
 from pipeline.demo_corpus import write_demo_corpus
-from pipeline.labels import LABELS_FILE
-from pipeline.model_dir import CONFIG_FILE, REFIT_DIR
+from pipeline.layout import (
+    BEST_WEIGHTS,
+    CONFIG_FILE,
+    LABELS_FILE,
+    METRICS_FILE,
+    PRETRAIN_DIR,
+    PRETRAIN_METRICS_FILE,
+    REFIT_DIR,
+    VOCABULARY_FILE,
+)
 from pipeline.predict import classify, load_classifier
-from pipeline.pretrain import PRETRAIN_METRICS_FILE
-from pipeline.tokenizer import VOCABULARY_FILE
-from pipeline.train import METRICS_FILE, PRETRAIN_DIR, train_and_evaluate
-from pipeline.trainer import BEST_WEIGHTS
+from pipeline.train import train_and_evaluate
 from tuning.sweep import run_sweep
 
 CONFIG = {

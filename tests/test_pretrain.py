@@ -11,6 +11,7 @@ from pipeline.config import Config, PretrainConfig, override
 from pipeline.dataset import distribute
 from pipeline.demo_corpus import generate, write_demo_corpus
 from pipeline.export import main as export_main
+from pipeline.layout import CHECKPOINT_DIR
 from pipeline.masking import mask_tokens, masked_lm_dataset, swap_segments, word_ids_of
 from pipeline.model import build_model, build_pretraining_model
 from pipeline.model_dir import HOST_LOOP_FIELDS, restore_variables
@@ -18,7 +19,7 @@ from pipeline.pretrain import UNREAD_FIELDS, finished_pretraining, initialize_fr
 from pipeline.pretrain import main as pretrain_main
 from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
 from pipeline.train import train_and_evaluate
-from pipeline.trainer import CHECKPOINT_DIR, TrainingError
+from pipeline.trainer import TrainingError
 
 TINY = {
     "model": {"max_length": 24, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,

@@ -17,12 +17,12 @@ import tensorflow as tf
 from pipeline.config import Config
 from pipeline.dataset import learn_tokenizer, read_split
 from pipeline.demo_corpus import write_demo_corpus
+from pipeline.layout import CHECKPOINT_DIR
 from pipeline.model import build_pretraining_model
 from pipeline.model_dir import load_config, restore_model, restore_variables, save_vocabulary
 from pipeline.strategy import configure_runtime
 from pipeline.tokenizer import MASK_ID, Tokenizer
 from pipeline.train import prepare_run
-from pipeline.trainer import CHECKPOINT_DIR
 from process_helper import free_port
 from tuning.hypermodel import ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow, sample

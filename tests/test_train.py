@@ -18,14 +18,15 @@ import tensorflow as tf
 from pipeline.config import Config, override
 from pipeline.dataset import Split, hold_out, load_split, tokenize, train_dataset
 from pipeline.demo_corpus import write_demo_corpus
+from pipeline.layout import CHECKPOINT_DIR, REFIT_DIR
 from pipeline.metrics import log_loss
 from pipeline.model import build_model
-from pipeline.model_dir import REFIT_DIR, load_run, restore_model, restore_variables
+from pipeline.model_dir import load_run, restore_model, restore_variables
 from pipeline.pretrain import pretrain
 from pipeline.readers import read_examples
 from pipeline.train import main as train_main
 from pipeline.train import train_and_evaluate
-from pipeline.trainer import CHECKPOINT_DIR, Trainer, TrainingError, build_optimizer
+from pipeline.trainer import Trainer, TrainingError, build_optimizer
 from process_helper import free_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -491,39 +492,18 @@ def test_missing_eval_files_and_negative_pretraining_fail_before_any_work(tmp_pa
     assert not os.path.exists(tmp_path / "run")
 
 
-def test_a_run_saved_before_newer_model_fields_keeps_their_old_values(tmp_path, corpus):
-    model_dir = str(tmp_path / "old")
-    # What runs from before these fields did.
-    older = {"model": {"embedding_unit_scale": False, "head_shared_kernel": False},
-             "train": {"length_bucket": 0, "token_dropout": 0.0, "pretrain_epochs": 0, "refit": False,
-                       "validation_split": 0.0, "weight_averaging": 0.0},
-             # Masked-LM training took the classifier's rate and batch size (TINY's, not the defaults).
-             "pretrain": {"learning_rate": TINY["train"]["learning_rate"], "batch_size": TINY["train"]["batch_size"]}}
-    config = Config.from_dict({**TINY, "model": {**TINY["model"], **older["model"]},
-                               "train": {**TINY["train"], **older["train"]}, "pretrain": older["pretrain"]})
-    train_and_evaluate(config, model_dir, *corpus, export=False)
-    before = _probabilities(model_dir)
-    path = os.path.join(model_dir, "config.json")
-    saved = json.load(open(path))
-    for section, fields in older.items():
-        for field, value in fields.items():
-            assert saved[section].pop(field) == value
-    json.dump(saved, open(path, "w"))  # as a run from before the fields existed
-    config, _, _ = load_run(model_dir)
-    assert {section: {field: getattr(getattr(config, section), field) for field in fields}
-            for section, fields in older.items()} == older
-    model = restore_model(model_dir)[0]
-    assert model.get_layer("embedding").unit_scale is False
-    assert model.get_layer("head").shared_kernel is False
-    np.testing.assert_array_equal(_probabilities(model_dir), before)
-    with pytest.raises(ValueError, match=r"model.embedding_unit_scale: False -> True"):
-        train_and_evaluate(_config(epochs=2), model_dir, *corpus, export=False)
-    # Today's default, a held-out slice, is refused before any work: no pre-training begun, no draw.
-    with pytest.raises(ValueError, match=r"train.validation_split: 0.0 -> 0.1"):
-        train_and_evaluate(Config.from_dict({**DEFAULT_SPLIT,
-                                             "train": {**DEFAULT_SPLIT["train"], "pretrain_epochs": 1}}),
-                           model_dir, *corpus, export=False)
-    assert not os.path.exists(os.path.join(model_dir, "pretrain"))
+def test_a_saved_config_lacking_fields_is_refused_naming_them(tmp_path, corpus):
+    model_dir = str(tmp_path / "other_version")
+    os.makedirs(model_dir)
+    saved = Config.from_dict(TINY).to_dict()
+    del saved["model"]["head_shared_kernel"], saved["train"]["refit"]
+    json.dump(saved, open(os.path.join(model_dir, "config.json"), "w"))
+    message = r"config.json lacks model.head_shared_kernel, train.refit: saved by another version"
+    with pytest.raises(ValueError, match=message):
+        load_run(model_dir)
+    with pytest.raises(ValueError, match=message):  # before any work
+        train_and_evaluate(Config.from_dict(TINY), model_dir, *corpus, export=False)
+    assert os.listdir(model_dir) == ["config.json"]
 
 
 def test_class_weights_scale_each_examples_loss_by_its_label(tmp_path):

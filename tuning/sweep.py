@@ -24,16 +24,15 @@ import sys
 import tensorflow as tf
 
 from pipeline.config import override
-from pipeline.export import EXPORT_DIR, export_saved_model
+from pipeline.export import export_saved_model
 from pipeline.files import create, open_text
+from pipeline.layout import EXPORT_DIR, TRIALS_DIR
 from pipeline.model_dir import restore_model
 from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy, run_config
 from pipeline.train import data_paths, prepare_run
 from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow
-
-PROJECT = "trials"
 
 
 def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", max_trials=10,
@@ -61,7 +60,7 @@ def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", m
     hypermodel = ClassifierHyperModel(config, space, data, strategy, tpu)
     tuner = SweepTuner(
         oracle=make_oracle(tuner_kind, objective, max_trials, config.train.seed, config.train.epochs),
-        hypermodel=hypermodel, directory=directory, project_name=PROJECT, overwrite=False,
+        hypermodel=hypermodel, directory=directory, project_name=TRIALS_DIR, overwrite=False,
         distribution_strategy=strategy)
     tuner.search()
     if tuner_id and tuner_id != "chief":
