@@ -26,6 +26,7 @@ import json
 import os
 import sys
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -45,7 +46,16 @@ from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import export_saved_model
 from pipeline.files import atomic_write
 from pipeline.labels import class_weights, load_label_names
-from pipeline.layout import BEST_WEIGHTS, EXPORT_DIR, LOGS_DIR, METRICS_FILE, PRETRAIN_DIR, VOCABULARY_FILE
+from pipeline.layout import (
+    BEST_WEIGHTS,
+    EXPORT_DIR,
+    LOGS_DIR,
+    MEMBERS_DIR,
+    METRICS_FILE,
+    PRETRAIN_DIR,
+    REFIT_DIR,
+    VOCABULARY_FILE,
+)
 from pipeline.metrics import classification_report, format_report, one_class_warning, scores_line, selection_score
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
@@ -62,24 +72,62 @@ from pipeline.strategy import (
 from pipeline.tokenizer import Tokenizer
 from pipeline.trainer import Predictor, Trainer, TrainingError, build_optimizer
 
-# Fields `prepare_run` fills in from the data and the vocabulary.
+# Fields `prepare_data` fills in from the data and the vocabulary.
 DERIVED_FIELDS = {"model": ("vocabulary_size", "num_classes", "max_length")}
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedData:
+    """What `prepare_data` gives the stages after it: the config with the
+    model's sizes filled in, the label names and tokenizer, and the tokenized
+    splits. `validation` keeps the epoch: the held-out training examples, or
+    (with `held_out` false) the evaluation files themselves."""
+
+    config: Config
+    names: list
+    tokenizer: Tokenizer
+    train: object
+    validation: object
+    evaluation: object
+    held_out: bool
+    whole: object = None  # with `held_out`, every training example, in file order
+
+    def refit_split(self):
+        """The examples `refit` trains on: every training example, and the
+        evaluation files too where they kept the epoch."""
+        if self.whole is None:
+            return concatenate([self.train, self.evaluation])
+        return load_split(self.whole, self.config.data, self.tokenizer, self.names)
+
+
+@dataclasses.dataclass(frozen=True)
+class Classifier:
+    """One fine-tuned classifier of a run: the model its validation examples
+    kept, the model it exports (with `train.refit`, the refit), and its report."""
+
+    kept: keras.Model
+    exported: keras.Model
+    report: dict
 
 
 def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu=None,
                        strategy=None, export=True, init_from=None, vocabulary_from=None):
     """Trains `config` on the files given (the demo corpus without any).
 
+    The run's stages, each resumed or found done when the run is started
+    again: `read_training_files`, `pretrain_on_training_texts` (with
+    `train.pretrain_epochs`), `prepare_data`, `train_classifier` (its
+    `fit_and_evaluate` and `refit`) for each of `train.members`, the ensemble
+    report, `export_saved_model`.
+
     `strategy` overrides the one `resolve_strategy(tpu)` picks; `init_from`
     is a `pipeline.pretrain` run whose vocabulary, embeddings and encoder
     the classifier starts from (with `train.pretrain_epochs` 0);
-    `vocabulary_from` a run whose vocabulary alone it takes (ensemble
-    members share one). With `train.holds_out`, a slice of the training
-    examples keeps the best epoch and the evaluation files score the
-    exported model; otherwise they keep the epoch. With
-    `train.pretrain_epochs`, the run pre-trains on its (kept) training texts
-    first and starts from that. Returns the final evaluation report (also
-    written to `metrics.json`).
+    `vocabulary_from` a run whose vocabulary alone it takes. With
+    `train.holds_out`, a slice of the training examples keeps the best epoch
+    and the evaluation files score the exported model; otherwise they keep
+    the epoch. Returns the final evaluation report (also written to
+    `metrics.json`).
     """
     if config.train.pretrain_epochs and init_from:
         raise ValueError(f"--init-from starts from {init_from}'s pre-training, but train.pretrain_epochs is "
@@ -95,67 +143,29 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     check_batch_sizes(strategy, batch_sizes)
     run_dir.check_resumable(output_dir(model_dir, strategy), config, skip=DERIVED_FIELDS)
     train_paths, eval_paths = data_paths(train_paths, eval_paths, output_dir(model_dir, strategy))
-    fit_data, held_out, whole = split_training_data(config, train_paths)  # Examples, or paths, None, None
+    fit_data, held_out, whole = read_training_files(config, train_paths)
     if config.train.pretrain_epochs:
         init_from = pretrain_on_training_texts(config, model_dir, fit_data, vocabulary_from, tpu, strategy)
-    precision = configure_runtime(config, tpu)  # after pre-training: the same seeds as with --init-from
-    members_config = config
-    config, names, tokenizer, train, evaluation = prepare_run(
-        config, model_dir, fit_data, eval_paths, vocabulary_from=init_from or vocabulary_from,
-        strategy=strategy)
-    validation = evaluation if held_out is None else load_split(held_out, config.data, tokenizer, names)
-    filled = int((train.ids[:, -1] != 0).sum())  # truncated, or exactly max_length long
-    held = "" if held_out is None else f"{len(validation)} validation (held out of the training files) and "
-    print(f"{len(train)} training, {held}{len(evaluation)} evaluation examples, "
-          f"{len(names)} classes, vocabulary of {len(tokenizer.vocabulary)}, max length "
-          f"{config.model.max_length} ({filled} training examples fill it and may be truncated), "
-          f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}, "
-          f"batches of {config.train.batch_size}, {config.train.steps_per_execution} steps per host round trip, "
-          f"a checkpoint every {config.train.checkpoint_every} steps"
-          f"{'' if fast_path.enabled() else ', plain Keras layers'}"
-          f"{', XLA-compiled steps' if config.train.jit_compile else ''}")
-    with strategy.scope():
-        model = build_model(config.model)
-        if init_from:  # a resumed run's checkpoint then overrides these
-            initialize_from(model, init_from, config.model, tokenizer.vocabulary)
-    report = fit_and_evaluate(model, config, strategy, train, validation, names, model_dir)
-    exported = model
-    if config.train.refits:
-        everything = (concatenate([train, evaluation]) if whole is None
-                      else load_split(whole, config.data, tokenizer, names))  # in file order
-        exported, report["refit"] = refit(config, model_dir, everything, tokenizer, names, tpu, strategy, init_from)
-    if held_out is not None:  # the held-out examples chose the epoch; the evaluation files score what is exported
-        report = scored_on(report, [exported], evaluation, names, strategy, config.train.batch_size)
-    models, kept = [exported], [model]
-    if config.train.members > 1:
-        models, kept, report = train_members(members_config, report, models, kept, model_dir, train_paths,
-                                             eval_paths, tpu, strategy, init_from, validation, names)
-        if held_out is not None:
-            report = scored_on(report, models, evaluation, names, strategy, config.train.batch_size)
+    data = prepare_data(config, model_dir, fit_data, eval_paths, held_out, whole, strategy,
+                        vocabulary_from=init_from or vocabulary_from)
+    _print_start(data, strategy, configure_runtime(data.config, tpu))
+    classifiers = [train_classifier(data, model_dir, tpu, strategy, init_from)]
+    for member in range(2, config.train.members + 1):
+        classifiers.append(train_member(data, model_dir, member, tpu, strategy, init_from))
+    report = classifiers[0].report if len(classifiers) == 1 else ensemble(classifiers, data, model_dir, strategy)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
-    with atomic_write(os.path.join(output, METRICS_FILE)) as f:  # whole or absent, as a run's other files
-        json.dump(report, f, indent=2, ensure_ascii=False)
-    if held_out is not None:
-        print(f"validation (the kept epoch{'s' if len(kept) > 1 else ''}, on the held-out training examples): "
-              + scores_line(report["validation"]))
-        print("On the evaluation files, the exported model"
-              f"{' (the refit, trained on all the training files)' if config.train.refits else ''}:")
-    print(format_report(report))
-    if warning := one_class_warning(report):
-        print(warning)
-    _print_skipped(report["skipped_rows"])
-    if config.train.refits and held_out is None:
-        print("These scores are of the epoch kept on the evaluation files; the refit, trained on them too, is "
-              "what the export serves.")
+    _write_report(report, output)
+    _print_report(report, data, members=len(classifiers))
     if export:
-        path = export_saved_model(models, tokenizer, names, os.path.join(output, EXPORT_DIR))
+        path = export_saved_model([c.exported for c in classifiers], data.tokenizer, data.names,
+                                  os.path.join(output, EXPORT_DIR))
         if output == model_dir:  # not a worker folder, removed at the end
             print("Exported", path)
     finish_run(model_dir, strategy)
     return report
 
 
-def split_training_data(config, train_paths):
+def read_training_files(config, train_paths):
     """`(fit, held_out, whole)`: with `train.holds_out`, the `Examples` of the
     training files that `dataset.hold_out` keeps and holds out for
     validation, and all of them; otherwise the paths, None and None."""
@@ -165,15 +175,80 @@ def split_training_data(config, train_paths):
     return (*hold_out(whole, config.train.validation_split), whole)
 
 
-def scored_on(report, models, evaluation, names, strategy, batch_size):
+def train_classifier(data, model_dir, tpu, strategy, init_from=None):
+    """Fine-tunes one classifier in `model_dir` (from `init_from`'s
+    pre-training, else from `data.config`'s seed), refits it with
+    `train.refit`, and scores what it exports on the evaluation files."""
+    config = data.config
+    configure_runtime(config, tpu)
+    with strategy.scope():
+        model = build_model(config.model)
+        if init_from:  # a resumed run's checkpoint then overrides these
+            initialize_from(model, init_from, config.model, data.tokenizer.vocabulary)
+    report = fit_and_evaluate(model, config, strategy, data.train, data.validation, data.names, model_dir)
+    exported = model
+    if config.train.refits:
+        exported, report["refit"] = refit(config, model_dir, data.refit_split(), data.names, tpu, strategy,
+                                          init_from, data.tokenizer.vocabulary)
+    if data.held_out:  # the held-out examples chose the epoch; the evaluation files score what is exported
+        report = scored_on(report, [exported], data, strategy)
+    return Classifier(model, exported, report)
+
+
+def train_member(data, model_dir, member, tpu, strategy, init_from):
+    """Member `member` (2..N) of `train.members`: `train_classifier` in
+    `model_dir/members/<member>` with seed `train.seed + member - 1`, on the
+    run's data and from its pre-training (`init_from`): to the digit what
+    `--init-from <run>/pretrain --pretrain-epochs 0 --seed <seed>` trains by
+    hand. The member's directory is a run of its own (config, vocabulary,
+    `metrics.json`), so that it resumes, or is found done, like one."""
+    directory = os.path.join(model_dir, MEMBERS_DIR, str(member))
+    config = override(data.config, {"train": {"seed": data.config.train.seed + member - 1, "members": 1,
+                                              "pretrain_epochs": 0}})
+    print(f"Member {member} of {data.config.train.members} (seed {config.train.seed}) in {directory}")
+    output = output_dir(directory, strategy)
+    tf.io.gfile.makedirs(output)
+    if not run_dir.has_vocabulary(output):
+        run_dir.save_vocabulary(output, data.tokenizer, data.names)
+    run_dir.check_or_save_config(output, config)
+    classifier = train_classifier(dataclasses.replace(data, config=config), directory, tpu, strategy, init_from)
+    _write_report(classifier.report, output)
+    print(format_report(classifier.report))
+    finish_run(directory, strategy)
+    return classifier
+
+
+def ensemble(classifiers, data, model_dir, strategy):
+    """The report of the run's ensemble: the kept models' mean probabilities
+    on the validation examples and, where those were held out, the exported
+    models' on the evaluation files; each member's scores under `members`."""
+    first = classifiers[0].report
+    directories = [model_dir] + [os.path.join(model_dir, MEMBERS_DIR, str(n)) for n in range(2, len(classifiers) + 1)]
+    scores = [_member_scores(directory, data.config.train.seed + index, classifier.report)
+              for index, (directory, classifier) in enumerate(zip(directories, classifiers))]
+    report = ensemble_report([c.kept for c in classifiers], data.validation, data.names, strategy,
+                             data.config.train.batch_size)
+    report.update(skipped_rows=first["skipped_rows"], train_loss_by_epoch=first["train_loss_by_epoch"],
+                  members=scores)
+    if "refit" in first:
+        report["refit"] = first["refit"]
+    print("\n".join(f"member {index} (seed {score['seed']}): {_scores_line(score)}"
+                    for index, score in enumerate(scores, 1)))
+    print(f"The ensemble of {len(classifiers)} members:")
+    if data.held_out:
+        report = scored_on(report, [c.exported for c in classifiers], data, strategy)
+    return report
+
+
+def scored_on(report, models, data, strategy):
     """`report`, of the kept models on the held-out validation examples, with
-    the scores of `models` (the exported ones) on `evaluation` in place of its
-    own, which move under `validation`."""
-    scores = ensemble_report(models, evaluation, names, strategy, batch_size)
+    the scores of `models` (the exported ones) on the evaluation files in
+    place of its own, which move under `validation`."""
+    scores = ensemble_report(models, data.evaluation, data.names, strategy, data.config.train.batch_size)
     validation = {key: report[key] for key in ("accuracy", "macro_f1", "loss", "examples")}
     rest = {key: value for key, value in report.items() if key not in scores and key != "validation"}
     return {**scores, **rest, "validation": validation,
-            "skipped_rows": {**report["skipped_rows"], "eval": evaluation.skipped}}
+            "skipped_rows": {**report["skipped_rows"], "eval": data.evaluation.skipped}}
 
 
 def ensemble_report(models, split, names, strategy, batch_size):
@@ -184,46 +259,6 @@ def ensemble_report(models, split, names, strategy, batch_size):
         raise RuntimeError("the members' evaluation batches came in different orders")  # never expected
     probabilities = np.mean([member_probabilities for member_probabilities, _ in predictions], axis=0)
     return classification_report(labels, probabilities, names)
-
-
-def train_members(config, report, models, kept, model_dir, train_paths, eval_paths, tpu, strategy, init_from,
-                  validation, names):
-    """Members 2..N of `train.members`, after the run's own classifier: its
-    `report`, `models` (what it exports: its refit with `train.refit`) and
-    `kept` (the model it kept on `validation`).
-
-    Each is `train_and_evaluate` in `model_dir/members/<n>` with seed
-    `train.seed + n - 1`, started from the run's pre-training (`init_from`),
-    or without one on the run's vocabulary: to the digit what `--init-from
-    <run>/pretrain --pretrain-epochs 0 --seed <seed>` trains by hand. A
-    resumed run resumes each member or finds it done.
-    Returns the models to export (with `train.refit`, each member's refit),
-    the models kept, and the report of the kept models' ensemble (the mean of
-    their probabilities) on `validation`, with each member's scores under
-    `members`.
-    """
-    models, kept = list(models), list(kept)
-    scores = [_member_scores(model_dir, config.train.seed, report)]
-    for member in range(2, config.train.members + 1):
-        directory = os.path.join(model_dir, run_dir.MEMBERS_DIR, str(member))
-        seed = config.train.seed + member - 1
-        print(f"Member {member} of {config.train.members} (seed {seed}) in {directory}")
-        member_config = override(config, {"train": {"seed": seed, "members": 1, "pretrain_epochs": 0}})
-        member_report = train_and_evaluate(member_config, directory, train_paths, eval_paths, tpu, strategy,
-                                           export=False, init_from=init_from,
-                                           vocabulary_from=None if init_from else model_dir)
-        scores.append(_member_scores(directory, seed, member_report))
-        kept.append(run_dir.restore_model(directory, strategy, refit=False)[0])
-        models.append(run_dir.restore_model(directory, strategy)[0] if config.train.refits else kept[-1])
-    ensemble = ensemble_report(kept, validation, names, strategy, config.train.batch_size)
-    ensemble.update(skipped_rows=report["skipped_rows"], train_loss_by_epoch=report["train_loss_by_epoch"],
-                    members=scores)
-    if "refit" in report:
-        ensemble["refit"] = report["refit"]
-    print("\n".join(f"member {index} (seed {score['seed']}): {_scores_line(score)}"
-                    for index, score in enumerate(scores, 1)))
-    print(f"The ensemble of {len(models)} members:")
-    return models, kept, ensemble
 
 
 def _scores_line(score):
@@ -243,27 +278,62 @@ def _member_scores(directory, seed, report):
     return scores
 
 
-def refit(config, model_dir, data, tokenizer, names, tpu, strategy, init_from=None):
-    """`train.refit`: the run's classifier trained again on `data`, its
-    training examples and those that kept its epoch together (tokenized by
-    the run's `tokenizer`), for the epochs it kept.
+def _write_report(report, output):
+    with atomic_write(os.path.join(output, METRICS_FILE)) as f:  # whole or absent, as a run's other files
+        json.dump(report, f, indent=2, ensure_ascii=False)
 
-    From the run's start: `init_from`'s pre-training, or without one the
-    initialization of the run's seed. The learning-rate schedule spans
-    `train.epochs` over all those examples, and training stops after the
-    epoch the run kept (`best_epoch.json`), as that run's schedule stood
-    there. In `model_dir/refit`, resumed or found done like the run.
-    Returns the model and a summary of the refit for `metrics.json`.
+
+def _print_start(data, strategy, precision):
+    config, train = data.config, data.train
+    filled = int((train.ids[:, -1] != 0).sum())  # truncated, or exactly max_length long
+    held = f"{len(data.validation)} validation (held out of the training files) and " if data.held_out else ""
+    print(f"{len(train)} training, {held}{len(data.evaluation)} evaluation examples, "
+          f"{len(data.names)} classes, vocabulary of {len(data.tokenizer.vocabulary)}, max length "
+          f"{config.model.max_length} ({filled} training examples fill it and may be truncated), "
+          f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}, "
+          f"batches of {config.train.batch_size}, {config.train.steps_per_execution} steps per host round trip, "
+          f"a checkpoint every {config.train.checkpoint_every} steps"
+          f"{'' if fast_path.enabled() else ', plain Keras layers'}"
+          f"{', XLA-compiled steps' if config.train.jit_compile else ''}")
+
+
+def _print_report(report, data, members):
+    if data.held_out:
+        print(f"validation (the kept epoch{'s' if members > 1 else ''}, on the held-out training examples): "
+              + scores_line(report["validation"]))
+        print("On the evaluation files, the exported model"
+              f"{' (the refit, trained on all the training files)' if data.config.train.refits else ''}:")
+    print(format_report(report))
+    if warning := one_class_warning(report):
+        print(warning)
+    _print_skipped(report["skipped_rows"])
+    if data.config.train.refits and not data.held_out:
+        print("These scores are of the epoch kept on the evaluation files; the refit, trained on them too, is "
+              "what the export serves.")
+
+
+def refit(config, model_dir, data, names, tpu, strategy, init_from=None, vocabulary=None):
+    """`train.refit`: the run's classifier trained again on `data`, its
+    training examples and those that kept its epoch together, for the epochs
+    it kept.
+
+    From the run's start: `init_from`'s pre-training (with the run's
+    `vocabulary`), or without one the initialization of the run's seed. The
+    learning-rate schedule spans `train.epochs` over all those examples, and
+    training stops after the epoch the run kept (`best_epoch.json`), as that
+    run's schedule stood there. In `model_dir/refit`, resumed or found done
+    like the run. Returns the model and a summary of the refit for
+    `metrics.json`.
     """
     epochs = run_dir.kept_epoch(output_dir(model_dir, strategy))
-    directory = os.path.join(model_dir, run_dir.REFIT_DIR)
+    directory = os.path.join(model_dir, REFIT_DIR)
     configure_runtime(config, tpu)  # the run's seeds again: from scratch, its initialization
     print(f"Refit: {epochs} of {config.train.epochs} epoch(s) on {len(data)} training and validation "
           f"examples in {directory}")
     with strategy.scope():
         model = build_model(config.model)
         if init_from:  # a resumed refit's checkpoint then overrides these
-            initialize_from(model, init_from, config.model, tokenizer.vocabulary)
+            initialize_from(model, init_from, config.model, vocabulary)
         steps = len(data) // config.train.batch_size * config.train.epochs
         trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, directory,
                           class_weights=_class_weights(config, data, names))
@@ -295,30 +365,31 @@ def pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, 
     return directory
 
 
-def prepare_run(config, model_dir, train_paths, eval_paths, vocabulary_from=None, strategy=None):
-    """Reads the data (files as `data_paths` gives them, or the training
-    `Examples` `split_training_data` keeps), learns (or reloads) the
-    vocabulary and fixes the config.
+def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None, strategy=None,
+                 vocabulary_from=None):
+    """Learns (or reloads) the vocabulary, tokenizes the splits and fixes the
+    config: `train` as `read_training_files` gives it (files, or the kept
+    `Examples` with the `held_out` and `whole` ones).
 
     With `vocabulary_from` (a run directory), its vocabulary is used instead
     of learning one; the labels still come from the training data. A
     resumed run reloads its own. Files are written where `strategy` says
-    this process writes (`pipeline.strategy.output_dir`).
-
-    Returns `(config, label_names, tokenizer, train_split, eval_split)`, with
-    the config's vocabulary size and class count filled in and saved.
+    this process writes (`pipeline.strategy.output_dir`). Returns the
+    `PreparedData`, its config's vocabulary size and class count filled in
+    and saved.
     """
     output = output_dir(model_dir, strategy or tf.distribute.get_strategy())
     tf.io.gfile.makedirs(output)
-    train_examples = read_split(train_paths, config.data)  # read once: vocabulary and split
+    train_examples = read_split(train, config.data)  # read once: vocabulary and split
     names, tokenizer = _vocabulary(model_dir, output, config, train_examples, vocabulary_from)
     train = load_split(train_examples, config.data, tokenizer, names)
     evaluation = load_split(eval_paths, config.data, tokenizer, names)
+    validation = evaluation if held_out is None else load_split(held_out, config.data, tokenizer, names)
     config = dataclasses.replace(config, model=dataclasses.replace(
         config.model, vocabulary_size=len(tokenizer.vocabulary), num_classes=len(names),
         max_length=tokenizer.max_length))
     run_dir.check_or_save_config(output, config)
-    return config, names, tokenizer, train, evaluation
+    return PreparedData(config, names, tokenizer, train, validation, evaluation, held_out is not None, whole)
 
 
 def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_dir, epochs=None):

@@ -36,7 +36,7 @@ OBJECTIVES = {f"val_{metric}": (metric, direction) for metric, direction in BEST
 class Vocabularies:
     """The sweep's two splits, tokenized once per vocabulary size.
 
-    The base config's vocabulary is the run's own, from `prepare_run`. A
+    The base config's vocabulary is the run's own, from `prepare_data`. A
     trial asking for another `data.vocabulary_size` gets a tokenizer learned
     from the same training texts with the same settings (and the same
     `max_length`, or the same rule deriving it) the first time a trial of
@@ -45,19 +45,19 @@ class Vocabularies:
     resumed one agree on every size's ids.
 
     Args:
-        config: the base `Config`, as `prepare_run` returns it.
+        prepared: the run's `PreparedData` (no held-out slice: the
+            evaluation files are the sweep's validation set).
         max_length: the `model.max_length` asked for (0: derived per vocabulary).
         paths: `(train_paths, eval_paths)` of the run.
-        names: the label names, `prepare_run`'s.
-        tokenizer, train, evaluation: `prepare_run`'s tokenizer and splits.
 
     Calling it with a `DataConfig` returns `(tokenizer, train, evaluation)`.
     """
 
-    def __init__(self, config, max_length, paths, names, tokenizer, train, evaluation):
-        self.names, self.max_length, self.paths = names, max_length, paths
+    def __init__(self, prepared, max_length, paths):
+        self.names, self.max_length, self.paths = prepared.names, max_length, paths
         self._examples = None
-        self._by_size = {config.data.vocabulary_size: (tokenizer, train, evaluation)}
+        self._by_size = {prepared.config.data.vocabulary_size: (prepared.tokenizer, prepared.train,
+                                                                 prepared.evaluation)}
 
     def __call__(self, data_config):
         size = data_config.vocabulary_size

@@ -30,7 +30,7 @@ from pipeline.layout import EXPORT_DIR, TRIALS_DIR
 from pipeline.model_dir import restore_model
 from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy, run_config
-from pipeline.train import data_paths, prepare_run
+from pipeline.train import data_paths, prepare_data
 from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow
 
@@ -54,9 +54,10 @@ def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", m
     data_dir = os.path.join(directory, f"data_{tuner_id}") if tuner_id else directory
     train_paths, eval_paths = data_paths(train_paths, eval_paths, data_dir)
     max_length = config.model.max_length  # 0: derived from each trial's vocabulary
-    config, names, tokenizer, train, evaluation = prepare_run(config, data_dir, train_paths, eval_paths)
+    prepared = prepare_data(config, data_dir, train_paths, eval_paths)
+    config = prepared.config
     space = narrow(SEARCH_SPACE, space_overrides or {})
-    data = Vocabularies(config, max_length, (train_paths, eval_paths), names, tokenizer, train, evaluation)
+    data = Vocabularies(prepared, max_length, (train_paths, eval_paths))
     hypermodel = ClassifierHyperModel(config, space, data, strategy, tpu)
     tuner = SweepTuner(
         oracle=make_oracle(tuner_kind, objective, max_trials, config.train.seed, config.train.epochs),
