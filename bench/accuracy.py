@@ -192,12 +192,12 @@ def score_export(path, test_path):
     """Accuracy and macro-F1 of an exported SavedModel on the raw test texts."""
     from sklearn.metrics import accuracy_score, f1_score
 
-    from pipeline.predict import classify, load_classifier
+    from pipeline.predict import load_classifier
 
-    serve, names = load_classifier(path)
+    classifier = load_classifier(path)
     texts, labels = read(test_path)
     predictions = [result["label"] for start in range(0, len(texts), 256)
-                   for result in classify(serve, names, texts[start:start + 256])]
+                   for result in classifier.classify(texts[start:start + 256])]
     return {"accuracy": accuracy_score(labels, predictions), "macro_f1": f1_score(labels, predictions, average="macro"),
             "predictions": predictions}
 

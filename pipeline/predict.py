@@ -1,6 +1,6 @@
 """Classify text with an exported SavedModel.
 
-    python -m pipeline.predict --model EXPORT_DIR [FILES ...] [--format jsonl|tsv]
+    python -m pipeline.predict --model EXPORT_DIR|MODEL_DIR [FILES ...] [--format jsonl|tsv]
 
 Reads one text per line from the files (or standard input) and writes one
 result per line: a JSON object with `text`, `label` and `probabilities` by
@@ -10,29 +10,47 @@ class name, or tab-separated `label`, probabilities and text.
 import argparse
 import itertools
 import json
+import os
 import sys
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the tokenizer ops the SavedModel uses
 
 from pipeline.export import latest_export
 from pipeline.files import open_text
+from pipeline.layout import CONFIG_FILE, EXPORT_DIR
+
+
+class Classifier:
+    """An exported SavedModel, tokenizer included: called with strings, it
+    returns their class probabilities, columns in `label_names` order."""
+
+    def __init__(self, path):
+        self.path = latest_export(path)
+        self._model = tf.saved_model.load(self.path)
+        self._serve = self._model.signatures["serving_default"]
+        self.label_names = [name.decode() for name in self._model.label_names.numpy()]
+
+    def __call__(self, texts):
+        return self._serve(text=tf.constant(list(texts), tf.string))["probabilities"].numpy()
+
+    def classify(self, texts):
+        """One dict per text: `text`, `label` (the most probable class) and
+        `probabilities` by class name."""
+        texts = list(texts)
+        probabilities = self(texts) if texts else np.zeros([0, len(self.label_names)], np.float32)
+        return [{"text": text, "label": self.label_names[int(np.argmax(row))],
+                 "probabilities": {name: round(float(p), 6) for name, p in zip(self.label_names, row)}}
+                for text, row in zip(texts, probabilities)]
 
 
 def load_classifier(path):
-    """The `serving_default` signature and class names of an export."""
-    model = tf.saved_model.load(latest_export(path))
-    return model.signatures["serving_default"], [n.decode() for n in model.label_names.numpy()]
-
-
-def classify(serve, names, texts):
-    """One result dict per text."""
-    outputs = serve(text=tf.constant(texts, tf.string))
-    results = []
-    for text, label, probabilities in zip(texts, outputs["label"].numpy(), outputs["probabilities"].numpy()):
-        results.append({"text": text, "label": label.decode(),
-                        "probabilities": {n: round(float(p), 6) for n, p in zip(names, probabilities)}})
-    return results
+    """The `Classifier` of an export: a SavedModel, an export folder of
+    numbered versions (the highest is loaded), or a training run's directory."""
+    if tf.io.gfile.exists(os.path.join(path, CONFIG_FILE)):
+        path = os.path.join(path, EXPORT_DIR)
+    return Classifier(path)
 
 
 def _lines(paths):
@@ -46,20 +64,22 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--model", required=True, help="SavedModel, or export root of numbered versions")
+    parser.add_argument("--model", required=True, help="SavedModel, export root of numbered versions, or a "
+                        "training run's directory")
     parser.add_argument("files", nargs="*", help="text files, one text per line (default: stdin)")
     parser.add_argument("--format", choices=["jsonl", "tsv"], default="jsonl")
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args(argv)
     try:
-        serve, names = load_classifier(args.model)
+        classifier = load_classifier(args.model)
     except ValueError as error:
         sys.exit(f"error: {error}")
+    names = classifier.label_names
     if args.format == "tsv":
         print("\t".join(["label"] + names + ["text"]))
     lines = _lines(args.files)
     while batch := list(itertools.islice(lines, args.batch_size)):
-        for result in classify(serve, names, batch):
+        for result in classifier.classify(batch):
             if args.format == "jsonl":
                 print(json.dumps(result, ensure_ascii=False))
             else:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import TINY_MODEL, WORD_TOKENS
 from pipeline.config import Config
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.layout import (
@@ -23,14 +24,13 @@ from pipeline.layout import (
     REFIT_DIR,
     VOCABULARY_FILE,
 )
-from pipeline.predict import classify, load_classifier
+from pipeline.predict import load_classifier
 from pipeline.train import train_and_evaluate
 from tuning.sweep import run_sweep
 
 CONFIG = {
-    "model": {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2, "num_heads": 2,
-              "intermediate_size": 64, "dropout_rate": 0.1},
-    "data": {"tokenizer": "word", "min_count": 1},
+    "model": {**TINY_MODEL, "dropout_rate": 0.1},
+    "data": WORD_TOKENS,
     "train": {"batch_size": 32, "epochs": 2, "learning_rate": 3e-3, "checkpoint_every": 3, "pretrain_epochs": 1},
 }
 TEXTS = ["our team beat their team", "the food was good but the room was awful", ""]
@@ -40,6 +40,7 @@ class Killed(BaseException):
     """The run stopped as a kill would stop it: nothing after the checkpoint."""
 
 
+@pytest.mark.slow
 def test_a_run_in_a_bucket_resumes_exports_and_serves_as_a_local_run(tmp_path, monkeypatch, capsys):
     bucket = f"ram://{tmp_path.name}"
     config = Config.from_dict(CONFIG)
@@ -72,14 +73,12 @@ def test_a_run_in_a_bucket_resumes_exports_and_serves_as_a_local_run(tmp_path, m
                  "logs/train", f"{PRETRAIN_DIR}/{PRETRAIN_METRICS_FILE}"):
         assert tf.io.gfile.exists(f"{run}/{name}"), name
 
-    serve, names = load_classifier(f"{run}/export")  # its latest version, found by listing the bucket
-    in_bucket = [result["probabilities"] for result in classify(serve, names, TEXTS)]
-    serve, _ = load_classifier(str(tmp_path / "run" / "export"))
-    on_disk = [result["probabilities"] for result in classify(serve, names, TEXTS)]
-    np.testing.assert_allclose([list(p.values()) for p in in_bucket], [list(p.values()) for p in on_disk],
-                               atol=1e-5)
+    in_bucket = load_classifier(f"{run}/export")(TEXTS)  # its latest version, found by listing the bucket
+    on_disk = load_classifier(str(tmp_path / "run" / "export"))(TEXTS)
+    np.testing.assert_allclose(in_bucket, on_disk, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_sweep_in_a_bucket_writes_its_trials_results_and_export(tmp_path):
     bucket = f"ram://{tmp_path.name}"
     config = Config.from_dict({**CONFIG, "train": {**CONFIG["train"], "epochs": 1, "pretrain_epochs": 0}})
@@ -90,5 +89,4 @@ def test_a_sweep_in_a_bucket_writes_its_trials_results_and_export(tmp_path):
     assert [row["status"] for row in rows] == ["COMPLETED"] * 2
     for name in ("results.json", "results.csv", "trials/trial_0/best.weights.h5", "trials/trial_1/config.json"):
         assert tf.io.gfile.exists(f"{bucket}/sweep/{name}"), name
-    serve, names = load_classifier(f"{bucket}/sweep/export")
-    assert len(classify(serve, names, TEXTS)) == len(TEXTS)
+    assert len(load_classifier(f"{bucket}/sweep/export").classify(TEXTS)) == len(TEXTS)
