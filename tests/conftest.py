@@ -24,6 +24,18 @@ sys.path.insert(0, os.path.dirname(__file__))
 import pytest  # noqa: E402
 
 NAMES = ["negative", "neutral", "positive"]
+# The tests' model and tokenizer: a run on the demo corpus trains in seconds and still learns it.
+TINY_MODEL = {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2, "num_heads": 2,
+              "intermediate_size": 64, "dropout_rate": 0.0}
+WORD_TOKENS = {"tokenizer": "word", "min_count": 1}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """`(train_path, test_path)` of 640 and 200 demo-corpus sentences."""
+    from pipeline.demo_corpus import write_demo_corpus
+
+    return write_demo_corpus(tmp_path_factory.mktemp("corpus"), train_size=640, test_size=200)
 
 
 @pytest.fixture(scope="session")

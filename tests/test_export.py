@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import NAMES
+from conftest import NAMES, TINY_MODEL, WORD_TOKENS
 from graph_helper import xla_compiled_ops
 from pipeline.export import latest_export, next_version
 
@@ -65,6 +65,7 @@ def test_invalid_utf8_is_served(exported):
     assert np.isfinite(probabilities).all() and np.allclose(probabilities.sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_versions_and_cli_listing(exported):
     _, _, root, path = exported
     assert path == os.path.join(root, "1") and next_version(root) == 2
@@ -76,6 +77,7 @@ def test_versions_and_cli_listing(exported):
         assert name in shown.stdout, name
 
 
+@pytest.mark.slow
 def test_predict_cli_jsonl_and_tsv(exported, tmp_path):
     model, tokenizer, root, _ = exported
     inputs = tmp_path / "in.txt"
@@ -114,14 +116,14 @@ def test_serving_signatures_call_no_xla(exported):
 
 
 ENSEMBLE_MEMBER = {  # a few seconds of training each on the demo corpus
-    "model": {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
-              "num_heads": 2, "intermediate_size": 64},
-    "data": {"tokenizer": "word", "min_count": 1},
+    "model": {**TINY_MODEL, "dropout_rate": 0.1},
+    "data": WORD_TOKENS,
     "train": {"batch_size": 32, "epochs": 1, "learning_rate": 3e-3, "pretrain_epochs": 0},
 }
 SENTENCES = ["our team beat their team", "the food was good but the room was awful", "", "北京"]
 
 
+@pytest.mark.slow
 def test_an_ensemble_of_runs_serves_the_mean_of_their_probabilities(tmp_path):
     from pipeline.config import Config
     from pipeline.demo_corpus import write_demo_corpus
@@ -195,6 +197,7 @@ def test_a_model_path_that_is_no_export_is_a_one_line_error(tmp_path, command):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_console_scripts_run_the_entry_points(exported):
     from importlib.metadata import entry_points
 

@@ -100,6 +100,7 @@ def _bag_of_words():
     return keras.Model(ids, keras.layers.Dense(2, activation="softmax")(x))
 
 
+@pytest.mark.slow
 def test_learns_word_order_where_bag_of_words_cannot():
     keras.utils.set_random_seed(0)
     train_ids, train_labels = _order_task(4000, seed=0)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import TINY_MODEL, WORD_TOKENS
 from pipeline.config import Config, PretrainConfig, override
 from pipeline.dataset import distribute
 from pipeline.demo_corpus import generate, write_demo_corpus
@@ -22,9 +23,8 @@ from pipeline.train import train_and_evaluate
 from pipeline.trainer import TrainingError
 
 TINY = {
-    "model": {"max_length": 24, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
-              "num_heads": 2, "intermediate_size": 64, "dropout_rate": 0.0},
-    "data": {"tokenizer": "word", "min_count": 1},
+    "model": {**TINY_MODEL, "max_length": 24},
+    "data": WORD_TOKENS,
     # The held-out slice and the refit (on by default) are off but in the test of members' refits.
     "train": {"batch_size": 32, "epochs": 3, "learning_rate": 3e-3, "checkpoint_every": 50, "pretrain_epochs": 0,
               "validation_split": 0.0, "refit": False},
@@ -186,6 +186,7 @@ def test_loss_falls_and_beats_the_most_frequent_token(pretrained):
     assert report["masked_accuracy"] > report["most_frequent_token_accuracy"] + 0.05, report
 
 
+@pytest.mark.slow
 def test_masked_accuracy_is_measured_on_a_sample_of_the_documents(tmp_path, monkeypatch):
     # A fresh masking of the first EVALUATION_DOCUMENTS' worth of steps of the
     # epoch after the last: a shuffled sample, not the whole corpus again.
@@ -202,6 +203,7 @@ def test_masked_accuracy_is_measured_on_a_sample_of_the_documents(tmp_path, monk
     assert len(predictions) == 10 and report["predictions"] == sum(predictions[:2]) > 0
 
 
+@pytest.mark.slow
 def test_masked_lm_steps_hold_the_pretraining_batch_size_not_the_classifiers(tmp_path):
     documents = [text for text, _ in generate(320, seed=6)]
     (tmp_path / "docs.txt").write_text("\n".join(documents) + "\n", encoding="utf-8")
@@ -212,6 +214,7 @@ def test_masked_lm_steps_hold_the_pretraining_batch_size_not_the_classifiers(tmp
     assert tf.train.latest_checkpoint(str(tmp_path / "run" / CHECKPOINT_DIR)).endswith("ckpt-20")
 
 
+@pytest.mark.slow
 def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
     run, _ = pretrained
     config = Config.load(os.path.join(run, "config.json"))
@@ -235,6 +238,7 @@ def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
     assert Tokenizer.load(str(tmp_path / "classifier")).vocabulary == Tokenizer.load(run).vocabulary
 
 
+@pytest.mark.slow
 def test_a_finished_pretraining_started_again_returns_its_report_and_trains_nothing(pretrained, capsys):
     # A run started again for its refit, more members or a killed
     # fine-tuning finds its pre-training done: no steps, no second masked-LM
@@ -249,6 +253,7 @@ def test_a_finished_pretraining_started_again_returns_its_report_and_trains_noth
     assert "Resuming" not in out and "Epoch" not in out
 
 
+@pytest.mark.slow
 def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_and_it_is_shared(pretrained,
                                                                                              tmp_path):
     run, _ = pretrained
@@ -286,6 +291,7 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
     assert finished_pretraining(classifier, list(reversed(vocabulary)), [run]) is None
 
 
+@pytest.mark.slow
 def test_a_diverging_masked_lm_names_its_own_learning_rate(tmp_path):
     # Masked-LM trains at pretrain.learning_rate, not train's: the message must
     # send the user to the field that set the rate that diverged.
@@ -298,6 +304,7 @@ def test_a_diverging_masked_lm_names_its_own_learning_rate(tmp_path):
         pretrain(config, str(tmp_path / "run"), str(texts))
 
 
+@pytest.mark.slow
 def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
     config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "pretrain_epochs": 2}})
@@ -350,6 +357,7 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
         assert Tokenizer.load(str(tmp_path / run)).vocabulary == other.vocabulary
 
 
+@pytest.mark.slow
 def test_members_fine_tune_from_the_one_pretraining_export_their_ensemble_and_grow_on_resume(tmp_path):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
 
@@ -407,6 +415,7 @@ def test_members_fine_tune_from_the_one_pretraining_export_their_ensemble_and_gr
     np.testing.assert_allclose(served["probabilities"].numpy(), each[0], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_mismatches_are_clear_errors(pretrained):
     run, _ = pretrained
     config = Config.load(os.path.join(run, "config.json")).model
@@ -445,6 +454,7 @@ def test_sentence_order_cuts_documents_into_two_halves_and_swaps_half_of_them():
     assert abs(swapped[weights > 0].mean() - 0.5) < 0.03
 
 
+@pytest.mark.slow
 def test_sentence_order_prediction_learns_and_the_classifier_starts_from_it(tmp_path):
     # Documents open with "alpha" and close with "omega": the order of two
     # halves shows in which word follows [CLS].
@@ -469,6 +479,7 @@ def test_sentence_order_prediction_learns_and_the_classifier_starts_from_it(tmp_
         np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.slow
 def test_members_hold_out_one_slice_refit_on_all_training_files_and_eval_scores_the_served_ensemble(tmp_path):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
 

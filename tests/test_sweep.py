@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import WORD_TOKENS
 from pipeline.config import Config
 from pipeline.dataset import learn_tokenizer, read_split
 from pipeline.demo_corpus import write_demo_corpus
@@ -22,14 +23,14 @@ from pipeline.model import build_pretraining_model
 from pipeline.model_dir import load_config, restore_model, restore_variables, save_vocabulary
 from pipeline.strategy import configure_runtime
 from pipeline.tokenizer import MASK_ID, Tokenizer
-from pipeline.train import prepare_run
+from pipeline.train import prepare_data
 from process_helper import free_port
 from tuning.hypermodel import ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow, sample
 from tuning.sweep import run_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BASE = {"model": {"max_length": 16}, "data": {"tokenizer": "word", "min_count": 1},
+BASE = {"model": {"max_length": 16}, "data": WORD_TOKENS,
         "train": {"epochs": 1, "checkpoint_every": 5, "pretrain_epochs": 0}}
 SPACE = {"embedding_size": 16, "hidden_size": [32, 64], "num_heads": 2,
          "num_layers": {"min": 1, "max": 2, "step": 1}, "intermediate_multiple": 2,
@@ -39,7 +40,7 @@ SPACE = {"embedding_size": 16, "hidden_size": [32, 64], "num_heads": 2,
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory):  # half conftest's: sweeps train many models
     return write_demo_corpus(tmp_path_factory.mktemp("corpus"), train_size=320, test_size=100)
 
 
@@ -55,10 +56,12 @@ def _trials(directory):
 
 def test_choices_default_to_the_base_config_where_it_is_one():
     hp = keras_tuner.HyperParameters()
-    sample(hp, SEARCH_SPACE, Config.from_dict({"data": {"vocabulary_size": 8000}, "train": {"batch_size": 64}}))
-    assert hp.values["vocabulary_size"] == 8000 and hp.values["batch_size"] == 64
-    assert hp.values["embedding_size"] == 256  # the default config's, not the first choice (64)
-    assert hp.values["intermediate_multiple"] == 2  # 512 is not a multiple: the first choice
+    base = {"model": {"embedding_size": 128, "hidden_size": 256, "intermediate_size": 1024},
+            "data": {"vocabulary_size": 8000}, "train": {"batch_size": 16}}
+    sample(hp, SEARCH_SPACE, Config.from_dict(base))
+    assert hp.values["vocabulary_size"] == 8000 and hp.values["batch_size"] == 16
+    assert hp.values["embedding_size"] == 128  # the base config's, not the first choice (64)
+    assert hp.values["intermediate_multiple"] == 2  # the base's 1024 is a width, not a multiple: the first choice
     assert sample(keras_tuner.HyperParameters(), SEARCH_SPACE)["data"]["vocabulary_size"] == 2000
 
 
@@ -70,6 +73,7 @@ def test_narrowing_the_space():
         narrow(SEARCH_SPACE, {"depth": 3})
 
 
+@pytest.mark.slow
 def test_trials_pretrain_with_their_own_shapes_then_start_from_it_and_share_it(tmp_path, corpus):
     config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}})
     # Trials are single models: an ensemble setting is refused before any work.
@@ -113,6 +117,7 @@ def test_trials_pretrain_with_their_own_shapes_then_start_from_it_and_share_it(t
         assert np.abs(theirs - fresh[MASK_ID]).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_every_random_trial_completes_with_a_score(tmp_path, corpus):
     directory = str(tmp_path / "sweep")
     rows = run_sweep(Config.from_dict(BASE), directory, *corpus, "random", max_trials=3,
@@ -131,6 +136,7 @@ def test_every_random_trial_completes_with_a_score(tmp_path, corpus):
     np.testing.assert_allclose(probabilities["probabilities"].numpy().sum(), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tuner, objective", [("hyperband", "val_macro_f1"), ("bayesian", "val_loss")])
 def test_hyperband_and_bayesian_trials_complete(tmp_path, corpus, tuner, objective):
     base = {**BASE, "train": {**BASE["train"], "epochs": 2}}
@@ -142,6 +148,7 @@ def test_hyperband_and_bayesian_trials_complete(tmp_path, corpus, tuner, objecti
     assert scores == sorted(scores, reverse=objective != "val_loss") and len(set(scores)) > 1
 
 
+@pytest.mark.slow
 def test_trials_learn_the_vocabulary_size_they_sample(tmp_path, corpus):
     # Every other hyperparameter fixed: the two sizes are the only two trials.
     space = {**SPACE, "hidden_size": 32, "num_layers": 1, "sharing": "all", "pooling": "mean",
@@ -172,9 +179,11 @@ def test_trials_learn_the_vocabulary_size_they_sample(tmp_path, corpus):
     np.testing.assert_array_equal(exported.signatures["attention"](text=texts)["token_ids"].numpy(), ids[best])
 
 
+@pytest.mark.slow
 def test_a_trial_directory_holding_another_vocabulary_is_refused(tmp_path, corpus):
-    config, names, tokenizer, train, evaluation = prepare_run(Config.from_dict(BASE), str(tmp_path), *corpus)
-    data = Vocabularies(config, 16, corpus, names, tokenizer, train, evaluation)
+    prepared = prepare_data(Config.from_dict(BASE), str(tmp_path), *corpus)
+    config, names, tokenizer = prepared.config, prepared.names, prepared.tokenizer
+    data = Vocabularies(prepared, 16, corpus)
     small = dataclasses.replace(config.data, vocabulary_size=30)
     learned, small_train, _ = data(small)
     assert data(small)[0] is learned and data(config.data)[0] is tokenizer  # each size learned once
@@ -204,12 +213,14 @@ def test_a_trial_directory_holding_another_vocabulary_is_refused(tmp_path, corpu
         hypermodel.fit(hp, model, trial_dir=trial_dir)
 
 
+@pytest.mark.slow
 def test_a_trial_pretraining_keeps_the_sweeps_tpu_precision(tmp_path, corpus):
     # Pre-training sets the precision policy again: under --tpu, "auto" must
     # stay mixed_bfloat16 for the trials built after it, not fall to float32.
     config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}})
-    config, names, tokenizer, train, evaluation = prepare_run(config, str(tmp_path), *corpus)
-    data = Vocabularies(config, 16, corpus, names, tokenizer, train, evaluation)
+    prepared = prepare_data(config, str(tmp_path), *corpus)
+    config = prepared.config
+    data = Vocabularies(prepared, 16, corpus)
     space = narrow(SEARCH_SPACE, {**SPACE, "hidden_size": 32, "num_layers": 1, "sharing": "all",
                                   "pooling": "mean", "learning_rate": 2e-3, "token_dropout": 0.0})
     hypermodel = ClassifierHyperModel(config, space, data, tf.distribute.get_strategy(), tpu="local")
@@ -235,6 +246,7 @@ def _config_file(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_chief_and_two_workers_share_the_trials(tmp_path, corpus):
     directory, port = str(tmp_path / "distributed"), str(free_port())
     command = _command(directory, corpus, _config_file(tmp_path), max_trials=4)
@@ -266,6 +278,7 @@ def test_chief_and_two_workers_share_the_trials(tmp_path, corpus):
     assert table and "val_macro_f1" in table[0]
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_continues_without_rerunning_trials(tmp_path, corpus):
     directory = str(tmp_path / "resumed")
     command = _command(directory, corpus, _config_file(tmp_path), max_trials=3)

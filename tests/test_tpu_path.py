@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import TINY_MODEL, WORD_TOKENS
 from layers import SharedEncoder, fast_path
 from pipeline.config import Config, override
 from pipeline.dataset import learn_vocabulary, load_split, train_dataset, usable_length_bucket
-from pipeline.demo_corpus import write_demo_corpus
 from pipeline.masking import masked_lm_dataset, word_ids_of
 from pipeline.model import build_model
 from pipeline.pretrain import pretrain
@@ -23,9 +23,8 @@ from pipeline.train import train_and_evaluate
 from pipeline.trainer import Trainer, build_optimizer
 
 TINY = {
-    "model": {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2, "num_heads": 2,
-              "intermediate_size": 64, "dropout_rate": 0.1},
-    "data": {"tokenizer": "word", "min_count": 1},
+    "model": {**TINY_MODEL, "dropout_rate": 0.1},
+    "data": WORD_TOKENS,
     "train": {"epochs": 1, "learning_rate": 3e-3, "pretrain_epochs": 0, "validation_split": 0.0, "refit": False},
 }
 # The compiled step's losses against the same step op by op, both in
@@ -41,11 +40,7 @@ def _tpu_config(replicas, **train):
                              "pretrain": {"batch_size": 32}})
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return write_demo_corpus(tmp_path_factory.mktemp("corpus"), train_size=640, test_size=200)
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, corpus, replicas, two_replicas):
     strategy = two_replicas if replicas == 2 else tf.distribute.get_strategy()

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import TINY_MODEL, WORD_TOKENS
 from pipeline.config import Config, override
 from pipeline.dataset import Split, hold_out, load_split, tokenize, train_dataset
-from pipeline.demo_corpus import write_demo_corpus
 from pipeline.layout import CHECKPOINT_DIR, REFIT_DIR
 from pipeline.metrics import log_loss
 from pipeline.model import build_model
@@ -31,9 +31,8 @@ from process_helper import free_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {
-    "model": {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2,
-              "num_heads": 2, "intermediate_size": 64, "dropout_rate": 0.0},
-    "data": {"tokenizer": "word", "min_count": 1},
+    "model": TINY_MODEL,
+    "data": WORD_TOKENS,
     # Pre-training (on by default) has tests of its own in test_pretrain.py; the held-out slice of the
     # training files and the refit (on by default) theirs below (DEFAULT_SPLIT).
     "train": {"batch_size": 32, "epochs": 2, "learning_rate": 3e-3, "checkpoint_every": 10, "pretrain_epochs": 0,
@@ -56,11 +55,6 @@ def _held_out(corpus):
     return hold_out(read_examples(corpus[0]), Config().train.validation_split)
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return write_demo_corpus(tmp_path_factory.mktemp("corpus"), train_size=640, test_size=200)
-
-
 def _probabilities(model_dir):
     model, tokenizer, _ = restore_model(model_dir)
     texts = ["our team beat their team", "the food was good but the room was awful", ""]
@@ -73,6 +67,7 @@ def _random_split(count):
     return Split(ids, np.arange(count, dtype="int32") % 3, [f"f:{i}" for i in range(count)], {})
 
 
+@pytest.mark.slow
 def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus, two_replicas):
     # The demo texts make steps cut to 8 and to 16 tokens (train.length_bucket
     # 8): the replicas' all-reduce must take embedding gradients of both sizes.
@@ -86,6 +81,7 @@ def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus, two_rep
     np.testing.assert_allclose(_probabilities(tmp_path / "two"), _probabilities(tmp_path / "one"), atol=0.02)
 
 
+@pytest.mark.slow
 def test_batch_sizes_the_replicas_cannot_share_are_refused_by_field_before_any_work(tmp_path, corpus, two_replicas):
     mirrored = two_replicas
     cases = [(_config(batch_size=33), "train.batch_size 33"),
@@ -116,6 +112,7 @@ def test_prediction_scores_every_example_once_from_two_replicas(tmp_path, two_re
     np.testing.assert_allclose(probabilities, model(split.ids), atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep_best_epoch", [True, False])
 def test_kept_weights_are_the_best_epochs_or_the_last(tmp_path, keep_best_epoch):
     config = _config(keep_best_epoch=keep_best_epoch)
@@ -138,6 +135,7 @@ def test_kept_weights_are_the_best_epochs_or_the_last(tmp_path, keep_best_epoch)
         np.testing.assert_array_equal(value, expected)
 
 
+@pytest.mark.slow
 def test_weight_averaging_scores_and_keeps_the_moving_average_of_the_trained_weights(tmp_path):
     # One step an epoch, so every step's weights are scored: without
     # averaging, the trained weights; with it, their moving average, while
@@ -182,6 +180,7 @@ def test_weight_averaging_scores_and_keeps_the_moving_average_of_the_trained_wei
         np.testing.assert_allclose(value, wanted, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_metrics_with_any_host_loop(tmp_path, corpus):
     # 20 steps: one per call, then host loops of 7 cut short by the
     # checkpoints every 6 and by the epoch's end (6, 6, 6, 2).
@@ -194,6 +193,7 @@ def test_same_seed_gives_identical_metrics_with_any_host_loop(tmp_path, corpus):
         os.path.join(tmp_path, "b", CHECKPOINT_DIR)).all_model_checkpoint_paths] == ["ckpt-18", "ckpt-20"]
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
     model_dir = str(tmp_path / "run")
     train_and_evaluate(_config(epochs=1), model_dir, *corpus, export=False)
@@ -241,6 +241,7 @@ def killable(tmp_path_factory, corpus):
     return config_path, run
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
     # Killed in the fine-tuning, then again in the refit, then let finish.
     config_path, whole_dir = killable
@@ -284,6 +285,7 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
     assert os.path.isdir(os.path.join(killed_dir, "export", "1"))
 
 
+@pytest.mark.slow
 def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trains_on_all_and_eval_only_scores(
         tmp_path, corpus, capsys):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
@@ -342,6 +344,7 @@ def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trai
         epoch: loss for epoch, loss in recipe["train_loss_by_epoch"].items() if epoch <= kept_epochs}
 
 
+@pytest.mark.slow
 def test_refit_without_a_held_out_slice_trains_again_on_train_and_eval_up_to_the_kept_epoch(tmp_path, corpus):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
 
@@ -466,6 +469,7 @@ def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(t
     assert not os.path.exists(os.path.join(killed_dir, "workers"))
 
 
+@pytest.mark.slow
 def test_tpu_flag_without_a_tpu_fails_clearly(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pipeline.train", "--tpu", "--model-dir", str(tmp_path)],
                             cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -475,6 +479,7 @@ def test_tpu_flag_without_a_tpu_fails_clearly(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_missing_eval_files_and_negative_pretraining_fail_before_any_work(tmp_path, corpus):
     with pytest.raises(ValueError, match="--eval is required with --train"):
         train_and_evaluate(Config(), str(tmp_path / "run"), corpus[0], None)
@@ -492,6 +497,7 @@ def test_missing_eval_files_and_negative_pretraining_fail_before_any_work(tmp_pa
     assert not os.path.exists(tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_a_saved_config_lacking_fields_is_refused_naming_them(tmp_path, corpus):
     model_dir = str(tmp_path / "other_version")
     os.makedirs(model_dir)
@@ -517,6 +523,7 @@ def test_class_weights_scale_each_examples_loss_by_its_label(tmp_path):
     np.testing.assert_allclose(per_example, plain * np.array([1.0, 3.0, 0.5] * 2), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_class_weight_is_said_at_the_start_and_saved(tmp_path, corpus, capsys):
     train_and_evaluate(_config(epochs=1, class_weight="negative:1,positive:2.5"), str(tmp_path / "run"), *corpus,
                        export=False)
