@@ -74,8 +74,8 @@ def main():
     parser.add_argument("--batch-sizes", default="32,64,128", help="comma-separated; ratios are to the first")
     parser.add_argument("--rounds", type=int, default=3, help="rounds counted; each batch size's median is reported")
     parser.add_argument("--sequences", type=int, default=5120, help="sequences per batch size and round")
-    parser.add_argument("--out", help="JSON of the medians and each round's times "
-                                      "(default bench/results/batch_size_<task>.json)")
+    parser.add_argument("--out", default=os.path.join("bench", "results", "batch_size.json"),
+                        help="JSON of the task, the medians and each round's times")
     args = parser.parse_args()
     batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
     config, data, count = training_data(args.task, args.cache)
@@ -107,7 +107,7 @@ def main():
     for size in batch_sizes:
         print(f"{size:>6}{1000 * medians[size]:>13.3f}{medians[size] / medians[first]:>7.3f}x  "
               + ", ".join(f"{1000 * value:.3f}" for value in times[size]))
-    write_results(results, args.out or os.path.join("bench", "results", f"batch_size_{args.task}.json"))
+    write_results(results, args.out)
 
 
 if __name__ == "__main__":
