@@ -52,6 +52,7 @@ demo: install
 # minutes). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
 test: install
+	$(BIN)/ruff format --check layers pipeline tuning tests bench
 	$(BIN)/ruff check layers pipeline tuning tests bench
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal tests
 

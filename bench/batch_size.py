@@ -54,34 +54,48 @@ def arm(task, config, data, size, directory):
     if task == "masked-lm":
         train_config = masked_lm_train_config(override(config, {"pretrain": {"batch_size": size}}))
         model = build_pretraining_model(config.model)
-        make = functools.partial(masked_lm_dataset, data, config.model.vocabulary_size, config.model.max_length,
-                                 size, config.pretrain, config.train.seed, length_bucket=config.train.length_bucket)
+        make = functools.partial(
+            masked_lm_dataset,
+            data,
+            config.model.vocabulary_size,
+            config.model.max_length,
+            size,
+            config.pretrain,
+            config.train.seed,
+            length_bucket=config.train.length_bucket,
+        )
     else:
         train_config = override(config, {"train": {"batch_size": size}}).train
         model = build_model(config.model)
-        make = functools.partial(train_dataset, data, size, config.train.seed,
-                                 length_bucket=config.train.length_bucket)
-    trainer = Trainer(model, build_optimizer(train_config, 10_000), tf.distribute.get_strategy(), train_config,
-                      directory)
+        make = functools.partial(train_dataset, data, size, config.train.seed, length_bucket=config.train.length_bucket)
+    trainer = Trainer(
+        model, build_optimizer(train_config, 10_000), tf.distribute.get_strategy(), train_config, directory
+    )
     return trainer, make
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", default=os.path.join("bench", "cache"), help="where the corpus is fetched to")
-    parser.add_argument("--task", choices=("masked-lm", "classification"), default="masked-lm",
-                        help="what trains: pre-training's masked-LM model or the classifier")
+    parser.add_argument(
+        "--task",
+        choices=("masked-lm", "classification"),
+        default="masked-lm",
+        help="what trains: pre-training's masked-LM model or the classifier",
+    )
     parser.add_argument("--batch-sizes", default="32,64,128", help="comma-separated; ratios are to the first")
     parser.add_argument("--rounds", type=int, default=3, help="rounds counted; each batch size's median is reported")
     parser.add_argument("--sequences", type=int, default=5120, help="sequences per batch size and round")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "batch_size.json"),
-                        help="JSON of the task, the medians and each round's times")
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "batch_size.json"),
+        help="JSON of the task, the medians and each round's times",
+    )
     args = parser.parse_args()
     batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
     config, data, count = training_data(args.task, args.cache)
     with tempfile.TemporaryDirectory() as directory:
-        arms = {size: arm(args.task, config, data, size, os.path.join(directory, str(size)))
-                for size in batch_sizes}
+        arms = {size: arm(args.task, config, data, size, os.path.join(directory, str(size))) for size in batch_sizes}
 
         def seconds(size, round_):
             trainer, make = arms[size]
@@ -95,18 +109,25 @@ def main():
         times = alternated_rounds(batch_sizes, args.rounds, seconds)
     medians = {size: float(np.median(values)) for size, values in times.items()}
     first = batch_sizes[0]
-    results = {"task": args.task, "sequences": args.sequences, "texts": count,
-               "max_length": config.model.max_length,
-               "median_ms_per_sequence": {str(size): 1000 * median for size, median in medians.items()},
-               "ratio_to_first": {str(size): median / medians[first] for size, median in medians.items()},
-               "round_ms_per_sequence": {str(size): [1000 * value for value in values]
-                                         for size, values in times.items()}}
-    print(f"{args.rounds} rounds of {args.sequences} sequences, {args.task} on {count} tweets, "
-          f"max length {config.model.max_length}:")
+    results = {
+        "task": args.task,
+        "sequences": args.sequences,
+        "texts": count,
+        "max_length": config.model.max_length,
+        "median_ms_per_sequence": {str(size): 1000 * median for size, median in medians.items()},
+        "ratio_to_first": {str(size): median / medians[first] for size, median in medians.items()},
+        "round_ms_per_sequence": {str(size): [1000 * value for value in values] for size, values in times.items()},
+    }
+    print(
+        f"{args.rounds} rounds of {args.sequences} sequences, {args.task} on {count} tweets, "
+        f"max length {config.model.max_length}:"
+    )
     print(f"{'batch':>6}{'ms/sequence':>13}{'ratio':>8}  rounds")
     for size in batch_sizes:
-        print(f"{size:>6}{1000 * medians[size]:>13.3f}{medians[size] / medians[first]:>7.3f}x  "
-              + ", ".join(f"{1000 * value:.3f}" for value in times[size]))
+        print(
+            f"{size:>6}{1000 * medians[size]:>13.3f}{medians[size] / medians[first]:>7.3f}x  "
+            + ", ".join(f"{1000 * value:.3f}" for value in times[size])
+        )
     write_results(results, args.out)
 
 

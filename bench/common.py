@@ -47,8 +47,7 @@ def median_seconds(run, repeats):
     return float(np.median(times))
 
 
-def training_flops_per_token(vocabulary_size, embedding_size, hidden_size, num_layers,
-                             intermediate_size, max_length):
+def training_flops_per_token(vocabulary_size, embedding_size, hidden_size, num_layers, intermediate_size, max_length):
     """Analytical training FLOPs per token: 3x forward (forward + two backward matmuls),
     those of `step_matmuls`' products.
 
@@ -56,8 +55,9 @@ def training_flops_per_token(vocabulary_size, embedding_size, hidden_size, num_l
     (4 H^2), the feed-forward (2 H F) and the attention scores and mix
     (2 x 2 L H, whatever the heads). The embedding lookup and the head are left out.
     """
-    products = step_matmuls(vocabulary_size, embedding_size, hidden_size, num_layers, 1, intermediate_size,
-                            max_length, batch_size=1)
+    products = step_matmuls(
+        vocabulary_size, embedding_size, hidden_size, num_layers, 1, intermediate_size, max_length, batch_size=1
+    )
     return sum(count * _flops(*shape) for count, shape in products) // max_length
 
 
@@ -66,8 +66,9 @@ def _flops(batch, m, k, n):
     return 2 * batch * m * k * n
 
 
-def step_matmuls(vocabulary_size, embedding_size, hidden_size, num_layers, num_heads, intermediate_size,
-                 max_length, batch_size):
+def step_matmuls(
+    vocabulary_size, embedding_size, hidden_size, num_layers, num_heads, intermediate_size, max_length, batch_size
+):
     """The matrix products of one training step, `[(count, (batch, m, k, n)), ...]`:
     forward, input gradient and kernel gradient of the E x H projection and
     of every layer's query, key, value, output and feed-forward kernels, and
@@ -75,16 +76,23 @@ def step_matmuls(vocabulary_size, embedding_size, hidden_size, num_layers, num_h
     del vocabulary_size  # a lookup, not a product
     tokens, head_size, heads = batch_size * max_length, hidden_size // num_heads, batch_size * num_heads
     products = []
-    for count, inputs, outputs in ((1, embedding_size, hidden_size), (4 * num_layers, hidden_size, hidden_size),
-                                   (num_layers, hidden_size, intermediate_size),
-                                   (num_layers, intermediate_size, hidden_size)):
-        products += [(count, (1, tokens, inputs, outputs)),   # x @ W
-                     (count, (1, tokens, outputs, inputs)),   # dY @ W^T
-                     (count, (1, inputs, tokens, outputs))]   # x^T @ dY
+    for count, inputs, outputs in (
+        (1, embedding_size, hidden_size),
+        (4 * num_layers, hidden_size, hidden_size),
+        (num_layers, hidden_size, intermediate_size),
+        (num_layers, intermediate_size, hidden_size),
+    ):
+        products += [
+            (count, (1, tokens, inputs, outputs)),  # x @ W
+            (count, (1, tokens, outputs, inputs)),  # dY @ W^T
+            (count, (1, inputs, tokens, outputs)),
+        ]  # x^T @ dY
     # Scores Q K^T and its gradient dMix V^T: (L, d) by (d, L); the mix P V
     # and the gradients dS K, dS^T Q, P^T dMix: (L, L) by (L, d).
-    products += [(2 * num_layers, (heads, max_length, head_size, max_length)),
-                 (4 * num_layers, (heads, max_length, max_length, head_size))]
+    products += [
+        (2 * num_layers, (heads, max_length, head_size, max_length)),
+        (4 * num_layers, (heads, max_length, max_length, head_size)),
+    ]
     return products
 
 
@@ -168,7 +176,7 @@ def alternated_rounds(arms, rounds, seconds, flip=True):
     arms = list(arms)
     times = {arm: [] for arm in arms}
     for round_ in range(rounds + 1):
-        for arm in (arms if round_ % 2 or not flip else arms[::-1]):
+        for arm in arms if round_ % 2 or not flip else arms[::-1]:
             elapsed = seconds(arm, round_)
             if round_:
                 times[arm].append(elapsed)
@@ -179,15 +187,18 @@ def ab_figures(times, steps, baseline, arm):
     """The figures of an A/B step-time benchmark: `times` holds each arm's
     seconds per round (`steps` steps each); `arm` against `baseline`."""
     medians = {name: float(np.median(values)) for name, values in times.items()}
-    return {"median_ms_per_step": {name: 1000 * median / steps for name, median in medians.items()},
-            "ratio": medians[arm] / medians[baseline],
-            "round_ratios": [a / b for a, b in zip(times[arm], times[baseline])],
-            "round_seconds": times}
+    return {
+        "median_ms_per_step": {name: 1000 * median / steps for name, median in medians.items()},
+        "ratio": medians[arm] / medians[baseline],
+        "round_ratios": [a / b for a, b in zip(times[arm], times[baseline])],
+        "round_seconds": times,
+    }
 
 
 def real_token_fraction(split, batch_size, length_bucket):
     """Real tokens among the positions computed in one epoch of `split`'s
     training batches cut with `length_bucket`."""
-    computed = sum(int(tf.size(ids)) for ids, _ in train_dataset(split, batch_size, seed=0,
-                                                                  length_bucket=length_bucket))
+    computed = sum(
+        int(tf.size(ids)) for ids, _ in train_dataset(split, batch_size, seed=0, length_bucket=length_bucket)
+    )
     return float((split.ids != 0).sum()) / computed

@@ -28,8 +28,9 @@ import numpy as np  # noqa: E402
 from pipeline.config import ModelConfig  # noqa: E402
 from pipeline.model import build_model  # noqa: E402
 
-DIMENSIONS = dict(vocabulary_size=8000, embedding_size=128, hidden_size=256, num_layers=4,
-                  num_heads=4, intermediate_size=1024)
+DIMENSIONS = dict(
+    vocabulary_size=8000, embedding_size=128, hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024
+)
 BATCH = 32
 
 
@@ -49,8 +50,13 @@ def embedding_and_encoder_parameters(vocabulary_size, factorized, embedding=128,
 
 def peak_memory_mib():
     """Peak RSS of a child process training 20 steps at max length 128."""
-    child = subprocess.run([sys.executable, __file__, "--memory-child"], capture_output=True, text=True,
-                           check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    child = subprocess.run(
+        [sys.executable, __file__, "--memory-child"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     return float(child.stdout.strip().splitlines()[-1])
 
 
@@ -70,8 +76,12 @@ def plot(results, path):
     sizes = sorted(int(k) for k in results["parameters"]["factorized"])
     for kind in ("factorized", "unfactorized"):
         right.plot(sizes, [results["parameters"][kind][str(v)] / 1e6 for v in sizes], marker="o", label=kind)
-    right.set(xscale="log", xlabel="vocabulary size", ylabel="parameters (millions)",
-              title="Embeddings + shared encoder (ALBERT-base)")
+    right.set(
+        xscale="log",
+        xlabel="vocabulary size",
+        ylabel="parameters (millions)",
+        title="Embeddings + shared encoder (ALBERT-base)",
+    )
     right.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -80,8 +90,11 @@ def plot(results, path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8, help="timed training steps per max length")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "cost_growth.json"),
-                        help="JSON of the figures; the PNG plot is written beside it")
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "cost_growth.json"),
+        help="JSON of the figures; the PNG plot is written beside it",
+    )
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
@@ -97,18 +110,30 @@ def main():
         rates[str(length)] = tokens_per_second(length, args.steps)
     peak = max(peaks)
     vocabularies = (1000, 8000, 30000, 100000, 250000)
-    parameters = {kind: {str(v): embedding_and_encoder_parameters(v, kind == "factorized") for v in vocabularies}
-                  for kind in ("factorized", "unfactorized")}
-    results = {"dimensions": DIMENSIONS, "batch_size": BATCH, "matmul_peak_gflops": peak,
-               "matmul_peaks_gflops": peaks,
-               "tokens_per_second": rates, "parameters": parameters, "peak_rss_mib": peak_memory_mib()}
+    parameters = {
+        kind: {str(v): embedding_and_encoder_parameters(v, kind == "factorized") for v in vocabularies}
+        for kind in ("factorized", "unfactorized")
+    }
+    results = {
+        "dimensions": DIMENSIONS,
+        "batch_size": BATCH,
+        "matmul_peak_gflops": peak,
+        "matmul_peaks_gflops": peaks,
+        "tokens_per_second": rates,
+        "parameters": parameters,
+        "peak_rss_mib": peak_memory_mib(),
+    }
     print(f"{'max length':>10}{'tokens/s':>10}{'MFU':>7}")
     for length, rate in rates.items():
-        flops = training_flops_per_token(max_length=int(length), **{k: v for k, v in DIMENSIONS.items()
-                                                                        if k != "num_heads"})
+        flops = training_flops_per_token(
+            max_length=int(length), **{k: v for k, v in DIMENSIONS.items() if k != "num_heads"}
+        )
         print(f"{length:>10}{rate:>10,.0f}{rate * flops / 1e9 / peak:>7.0%}")
-    print("MFU against the highest of the float32 matmul peaks measured before each length: "
-          + ", ".join(f"{p:.0f}" for p in peaks) + " GFLOP/s")
+    print(
+        "MFU against the highest of the float32 matmul peaks measured before each length: "
+        + ", ".join(f"{p:.0f}" for p in peaks)
+        + " GFLOP/s"
+    )
     print(f"\n{'vocabulary':>10}{'factorized':>14}{'unfactorized':>14}")
     for v in vocabularies:
         print(f"{v:>10,}{parameters['factorized'][str(v)]:>14,}{parameters['unfactorized'][str(v)]:>14,}")

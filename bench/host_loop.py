@@ -36,10 +36,17 @@ def main():
     parser.add_argument("--cache", default=os.path.join("bench", "cache"), help="where the corpus is fetched to")
     parser.add_argument("--rounds", type=int, default=6, help="A/B rounds counted; each arm's median is reported")
     parser.add_argument("--steps", type=int, default=200, help="training steps per arm and round (one epoch)")
-    parser.add_argument("--batch-size", type=int, help="default: the config's; a small one (2) leaves the "
-                        "step's compute small next to the round trip's cost, which it then measures")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "host_loop.json"),
-                        help="JSON of the medians and each round's times")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        help="default: the config's; a small one (2) leaves the "
+        "step's compute small next to the round trip's cost, which it then measures",
+    )
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "host_loop.json"),
+        help="JSON of the medians and each round's times",
+    )
     args = parser.parse_args()
     config, split = default_fit_split(args.cache)
     if args.batch_size:
@@ -49,27 +56,44 @@ def main():
         trainers = {}
         for name, steps_per_execution in arms.items():
             train_config = dataclasses.replace(config.train, steps_per_execution=steps_per_execution)
-            trainers[name] = Trainer(build_model(config.model), build_optimizer(train_config, 10_000),
-                                     tf.distribute.get_strategy(), train_config, os.path.join(directory, name))
+            trainers[name] = Trainer(
+                build_model(config.model),
+                build_optimizer(train_config, 10_000),
+                tf.distribute.get_strategy(),
+                train_config,
+                os.path.join(directory, name),
+            )
 
         def seconds(name, round_):
             def make_dataset(epoch, skip_batches, input_context=None):  # the round's batches
-                return train_dataset(split, config.train.batch_size, config.train.seed, epoch=round_,
-                                     skip_batches=skip_batches, input_context=input_context,
-                                     length_bucket=config.train.length_bucket)
+                return train_dataset(
+                    split,
+                    config.train.batch_size,
+                    config.train.seed,
+                    epoch=round_,
+                    skip_batches=skip_batches,
+                    input_context=input_context,
+                    length_bucket=config.train.length_bucket,
+                )
 
             return timed_fit(trainers[name], make_dataset, args.steps * config.train.batch_size)
 
         times = alternated_rounds(arms, args.rounds, seconds)
-    results = {"steps_per_execution": arms["default"], "steps": args.steps, "batch_size": config.train.batch_size,
-               **ab_figures(times, args.steps, "one", "default")}
+    results = {
+        "steps_per_execution": arms["default"],
+        "steps": args.steps,
+        "batch_size": config.train.batch_size,
+        **ab_figures(times, args.steps, "one", "default"),
+    }
     saved = results["median_ms_per_step"]["one"] - results["median_ms_per_step"]["default"]
     results["round_trip_ms"] = saved / (1 - 1 / arms["default"])  # round trips saved per step
-    print(f"{args.rounds} rounds of {args.steps} steps, batch {config.train.batch_size}, max length "
-          f"{config.model.max_length}: {results['median_ms_per_step']['one']:.1f} ms/step with one step per "
-          f"round trip, {results['median_ms_per_step']['default']:.1f} with {arms['default']}: "
-          f"{results['ratio']:.3f}x the time, {results['round_trip_ms']:.1f} ms per round trip saved; per round "
-          + ", ".join(f"{r:.3f}x" for r in results["round_ratios"]))
+    print(
+        f"{args.rounds} rounds of {args.steps} steps, batch {config.train.batch_size}, max length "
+        f"{config.model.max_length}: {results['median_ms_per_step']['one']:.1f} ms/step with one step per "
+        f"round trip, {results['median_ms_per_step']['default']:.1f} with {arms['default']}: "
+        f"{results['ratio']:.3f}x the time, {results['round_trip_ms']:.1f} ms per round trip saved; per round "
+        + ", ".join(f"{r:.3f}x" for r in results["round_ratios"])
+    )
     write_results(results, args.out)
 
 

@@ -47,8 +47,10 @@ def write_corpus(directory, count):
         writer.writerows(rows)
     with tf.io.TFRecordWriter(record_path) as writer:
         for text, label in rows:
-            features = {name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
-                        for name, value in (("text", text), ("label", label))}
+            features = {
+                name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
+                for name, value in (("text", text), ("label", label))
+            }
             writer.write(tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString())
     return csv_path, record_path
 
@@ -69,8 +71,16 @@ def warm_input(split, config):
 
 
 def masked_lm_batches(word_ids, tokenizer, config, epoch=0):
-    return masked_lm_dataset(word_ids, len(tokenizer.vocabulary), tokenizer.max_length, config.pretrain.batch_size,
-                             config.pretrain, seed=0, epoch=epoch, length_bucket=config.train.length_bucket)
+    return masked_lm_dataset(
+        word_ids,
+        len(tokenizer.vocabulary),
+        tokenizer.max_length,
+        config.pretrain.batch_size,
+        config.pretrain,
+        seed=0,
+        epoch=epoch,
+        length_bucket=config.train.length_bucket,
+    )
 
 
 def masked_lm_input(texts, tokenizer, config, epochs=3):
@@ -103,8 +113,11 @@ def training(model, dataset, train_config, model_dir, steps=30, warmup_steps=5):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=30_000, help="demo sentences written as CSV and TFRecord")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "input_pipeline.json"),
-                        help="JSON of the examples/s of each stage")
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "input_pipeline.json"),
+        help="JSON of the examples/s of each stage",
+    )
     args = parser.parse_args()
     config = Config()
     with tempfile.TemporaryDirectory() as directory:
@@ -115,31 +128,42 @@ def main():
         split, csv_rate = cold_input(csv_path, config, tokenizer, names)
         _, record_rate = cold_input(record_path, config, tokenizer, names)
         warm_rate = warm_input(split, config)
-        train_rate = training(build_model(config.model), train_dataset(split, config.train.batch_size, seed=0),
-                              config.train, directory)
+        train_rate = training(
+            build_model(config.model), train_dataset(split, config.train.batch_size, seed=0), config.train, directory
+        )
         texts = [text for text, _ in generate(args.examples, seed=0)]  # the corpus's
         word_ids, word_ids_rate, masked_first_rate, masked_rate = masked_lm_input(texts, tokenizer, config)
-        masked_train_rate = training(build_pretraining_model(config.model),
-                                     masked_lm_batches(word_ids, tokenizer, config),
-                                     masked_lm_train_config(config),
-                                     os.path.join(directory, "pretrain"))
-    results = {"examples": args.examples, "max_length": config.model.max_length,
-               "batch_size": config.train.batch_size, "masked_lm_batch_size": config.pretrain.batch_size,
-               "cold_csv_examples_per_s": csv_rate,
-               "cold_tfrecord_examples_per_s": record_rate, "warm_examples_per_s": warm_rate,
-               "training_examples_per_s": train_rate, "masked_lm_word_ids_examples_per_s": word_ids_rate,
-               "masked_lm_first_epoch_examples_per_s": masked_first_rate,
-               "masked_lm_input_examples_per_s": masked_rate,
-               "masked_lm_training_examples_per_s": masked_train_rate}
+        masked_train_rate = training(
+            build_pretraining_model(config.model),
+            masked_lm_batches(word_ids, tokenizer, config),
+            masked_lm_train_config(config),
+            os.path.join(directory, "pretrain"),
+        )
+    results = {
+        "examples": args.examples,
+        "max_length": config.model.max_length,
+        "batch_size": config.train.batch_size,
+        "masked_lm_batch_size": config.pretrain.batch_size,
+        "cold_csv_examples_per_s": csv_rate,
+        "cold_tfrecord_examples_per_s": record_rate,
+        "warm_examples_per_s": warm_rate,
+        "training_examples_per_s": train_rate,
+        "masked_lm_word_ids_examples_per_s": word_ids_rate,
+        "masked_lm_first_epoch_examples_per_s": masked_first_rate,
+        "masked_lm_input_examples_per_s": masked_rate,
+        "masked_lm_training_examples_per_s": masked_train_rate,
+    }
     print(f"{'stage':<34}{'examples/s':>12}{'x training':>12}")
-    for label, rate, train in [("cold input from CSV", csv_rate, train_rate),
-                               ("cold input from TFRecord", record_rate, train_rate),
-                               ("warm input (cached int32 arrays)", warm_rate, train_rate),
-                               ("training, default model", train_rate, train_rate),
-                               ("masked-LM word ids (once a run)", word_ids_rate, masked_train_rate),
-                               ("masked-LM batches, first epoch", masked_first_rate, masked_train_rate),
-                               ("masked-LM batches, later epochs", masked_rate, masked_train_rate),
-                               ("masked-LM training", masked_train_rate, masked_train_rate)]:
+    for label, rate, train in [
+        ("cold input from CSV", csv_rate, train_rate),
+        ("cold input from TFRecord", record_rate, train_rate),
+        ("warm input (cached int32 arrays)", warm_rate, train_rate),
+        ("training, default model", train_rate, train_rate),
+        ("masked-LM word ids (once a run)", word_ids_rate, masked_train_rate),
+        ("masked-LM batches, first epoch", masked_first_rate, masked_train_rate),
+        ("masked-LM batches, later epochs", masked_rate, masked_train_rate),
+        ("masked-LM training", masked_train_rate, masked_train_rate),
+    ]:
         print(f"{label:<34}{rate:>12,.0f}{rate / train:>11.1f}x")
     write_results(results, args.out)
 

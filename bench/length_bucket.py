@@ -31,19 +31,27 @@ from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", default=os.path.join("bench", "cache"), help="where the corpus is fetched to")
-    parser.add_argument("--buckets", type=lambda v: [int(s) for s in v.split(",")], default=[16, 8, 4],
-                        help="comma-separated values of train.length_bucket, the first being the ratios' baseline")
+    parser.add_argument(
+        "--buckets",
+        type=lambda v: [int(s) for s in v.split(",")],
+        default=[16, 8, 4],
+        help="comma-separated values of train.length_bucket, the first being the ratios' baseline",
+    )
     parser.add_argument("--rounds", type=int, default=10, help="A/B rounds; each bucket's median is reported")
     parser.add_argument("--steps", type=int, default=100, help="timed training steps per bucket and round")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "length_bucket.json"),
-                        help="JSON of the real-token shares, the medians and each round's times")
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "length_bucket.json"),
+        help="JSON of the real-token shares, the medians and each round's times",
+    )
     args = parser.parse_args()
     config, split = default_fit_split(args.cache)
     batch_size = config.train.batch_size
     model = build_model(config.model)
     with tempfile.TemporaryDirectory() as directory:
-        trainer = Trainer(model, build_optimizer(config.train, 10_000), tf.distribute.get_strategy(), config.train,
-                          directory)
+        trainer = Trainer(
+            model, build_optimizer(config.train, 10_000), tf.distribute.get_strategy(), config.train, directory
+        )
 
         def seconds(bucket, epoch, steps):
             # The same batches for every bucket of a round (one epoch's shuffle).
@@ -64,11 +72,14 @@ def main():
         median = float(np.median(times[bucket]))
         results["buckets"][str(bucket)] = {
             "real_token_fraction": real_token_fraction(split, batch_size, bucket),
-            "median_ms_per_step": 1000 * median / args.steps, "speedup": float(baseline / median),
-            "round_seconds": [float(t) for t in times[bucket]]}
+            "median_ms_per_step": 1000 * median / args.steps,
+            "speedup": float(baseline / median),
+            "round_seconds": [float(t) for t in times[bucket]],
+        }
         row = results["buckets"][str(bucket)]
-        print(f"{bucket:>8}{row['real_token_fraction']:>13.1%}{row['median_ms_per_step']:>10.1f}"
-              f"{row['speedup']:>9.2f}x")
+        print(
+            f"{bucket:>8}{row['real_token_fraction']:>13.1%}{row['median_ms_per_step']:>10.1f}{row['speedup']:>9.2f}x"
+        )
     write_results(results, args.out)
 
 

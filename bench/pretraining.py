@@ -45,15 +45,22 @@ def pretrain_then_finetune(train_path, test_path, directory, pretrain_epochs, fi
     result = this_project(train_path, test_path, directory, finetune_epochs, overrides)
     with open(os.path.join(directory, PRETRAIN_DIR, PRETRAIN_METRICS_FILE)) as f:
         masked = json.load(f)
-    return {**result, "pretrain_epochs": overrides["train"]["pretrain_epochs"], "finetune_epochs": result["epochs"],
-            "masked_accuracy": masked["masked_accuracy"],
-            "most_frequent_token_accuracy": masked["most_frequent_token_accuracy"]}
+    return {
+        **result,
+        "pretrain_epochs": overrides["train"]["pretrain_epochs"],
+        "finetune_epochs": result["epochs"],
+        "masked_accuracy": masked["masked_accuracy"],
+        "most_frequent_token_accuracy": masked["most_frequent_token_accuracy"],
+    }
 
 
 def add_comparisons(results, predictions, test_labels):
     """Adds `vs_<arm>` differences with bootstrap intervals to the finished arms."""
-    pairs = [("from_scratch", "tfidf_logistic_regression"), ("pretrain_then_finetune", "tfidf_logistic_regression"),
-             ("pretrain_then_finetune", "from_scratch")]
+    pairs = [
+        ("from_scratch", "tfidf_logistic_regression"),
+        ("pretrain_then_finetune", "tfidf_logistic_regression"),
+        ("pretrain_then_finetune", "from_scratch"),
+    ]
     for name, baseline in pairs:
         if name in results and baseline in results:
             results[name][f"vs_{baseline}"] = compare(test_labels, predictions[name], predictions[baseline])
@@ -61,17 +68,25 @@ def add_comparisons(results, predictions, test_labels):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", default=os.path.join("bench", "cache"),
-                        help="where the corpus is fetched to and the runs are kept")
+    parser.add_argument(
+        "--cache", default=os.path.join("bench", "cache"), help="where the corpus is fetched to and the runs are kept"
+    )
     parser.add_argument("--scratch-epochs", type=int, help="epochs from scratch (default: the config's)")
     parser.add_argument("--pretrain-epochs", type=int, help="masked-LM epochs (default: the config's)")
-    parser.add_argument("--finetune-epochs", type=int,
-                        help="classification epochs after pre-training (default: the config's)")
-    parser.add_argument("--config", type=json.loads, metavar="JSON",
-                        help="JSON overriding this project's config in both arms, e.g. "
-                        "'{\"train\": {\"seed\": 2}}'")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "pretraining.json"),
-                        help="JSON of every arm's scores and times")
+    parser.add_argument(
+        "--finetune-epochs", type=int, help="classification epochs after pre-training (default: the config's)"
+    )
+    parser.add_argument(
+        "--config",
+        type=json.loads,
+        metavar="JSON",
+        help='JSON overriding this project\'s config in both arms, e.g. \'{"train": {"seed": 2}}\'',
+    )
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "pretraining.json"),
+        help="JSON of every arm's scores and times",
+    )
     args = parser.parse_args()
     train_path, test_path = fetch_corpus(args.cache)
     runs = os.path.join(args.cache, "pretraining_runs")
@@ -81,11 +96,21 @@ def main():
     scratch = {**config, "train": {**config.get("train", {}), "pretrain_epochs": 0}}
     for name, run in [
         ("tfidf_logistic_regression", lambda: tfidf_logistic_regression(train_path, test_path)),
-        ("from_scratch", lambda: this_project(train_path, test_path, os.path.join(runs, "scratch"),
-                                              args.scratch_epochs, scratch)),
-        ("pretrain_then_finetune", lambda: pretrain_then_finetune(
-            train_path, test_path, os.path.join(runs, "pretrained"), args.pretrain_epochs, args.finetune_epochs,
-            args.config)),
+        (
+            "from_scratch",
+            lambda: this_project(train_path, test_path, os.path.join(runs, "scratch"), args.scratch_epochs, scratch),
+        ),
+        (
+            "pretrain_then_finetune",
+            lambda: pretrain_then_finetune(
+                train_path,
+                test_path,
+                os.path.join(runs, "pretrained"),
+                args.pretrain_epochs,
+                args.finetune_epochs,
+                args.config,
+            ),
+        ),
     ]:
         start = time.perf_counter()
         results[name] = run()

@@ -44,8 +44,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300, help="timed calls of one string per model")
     parser.add_argument("--members", type=int, default=1, help="export an ensemble of this many models")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "serving.json"),
-                        help="JSON of the latencies and batch throughputs")
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "serving.json"),
+        help="JSON of the latencies and batch throughputs",
+    )
     args = parser.parse_args()
     config = Config()
     texts = [text for text, _ in generate(2000, seed=0)]
@@ -77,8 +80,11 @@ def main():
         "bare_examples_per_s": 256 / np.median(results["bare_batch"]),
     }
     print(f"{'':<34}{'SavedModel (text)':>18}{'bare model (ids)':>18}{'ratio':>8}")
-    for label, key in [("one string, p50 latency (ms)", "p50_ms"), ("one string, p99 latency (ms)", "p99_ms"),
-                       ("batches of 256, examples/s", "examples_per_s")]:
+    for label, key in [
+        ("one string, p50 latency (ms)", "p50_ms"),
+        ("one string, p99 latency (ms)", "p99_ms"),
+        ("batches of 256, examples/s", "examples_per_s"),
+    ]:
         served, bare_value = summary[f"served_{key}"], summary[f"bare_{key}"]
         print(f"{label:<34}{served:>18,.2f}{bare_value:>18,.2f}{served / bare_value:>8.2f}")
     write_results(summary, args.out)

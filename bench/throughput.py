@@ -28,8 +28,16 @@ float32's took about 4. `--precisions float32` leaves it out.
 import argparse
 import os
 
-from common import (matmul_ceiling, matmul_peak, memory_bandwidth, real_token_fraction, step_matmuls, steps_per_second,
-                    training_flops_per_token, write_results)
+from common import (
+    matmul_ceiling,
+    matmul_peak,
+    memory_bandwidth,
+    real_token_fraction,
+    step_matmuls,
+    steps_per_second,
+    training_flops_per_token,
+    write_results,
+)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -40,8 +48,15 @@ from pipeline.demo_corpus import generate  # noqa: E402
 from pipeline.model import build_model  # noqa: E402
 from pipeline.tokenizer import Tokenizer  # noqa: E402
 
-DIMENSIONS = dict(vocabulary_size=8000, embedding_size=128, hidden_size=256, num_layers=4,
-                  num_heads=4, intermediate_size=1024, max_length=128)
+DIMENSIONS = dict(
+    vocabulary_size=8000,
+    embedding_size=128,
+    hidden_size=256,
+    num_layers=4,
+    num_heads=4,
+    intermediate_size=1024,
+    max_length=128,
+)
 BATCH = 32
 
 
@@ -53,12 +68,17 @@ def keras_hub_albert():
     import keras_hub
 
     backbone = keras_hub.models.AlbertBackbone(
-        vocabulary_size=DIMENSIONS["vocabulary_size"], num_layers=DIMENSIONS["num_layers"],
-        num_heads=DIMENSIONS["num_heads"], num_groups=1, num_inner_repetitions=1,
-        embedding_dim=DIMENSIONS["embedding_size"], hidden_dim=DIMENSIONS["hidden_size"],
-        intermediate_dim=DIMENSIONS["intermediate_size"], max_sequence_length=DIMENSIONS["max_length"])
-    return keras_hub.models.AlbertClassifier(backbone, num_classes=2, preprocessor=None,
-                                             activation="softmax"), True
+        vocabulary_size=DIMENSIONS["vocabulary_size"],
+        num_layers=DIMENSIONS["num_layers"],
+        num_heads=DIMENSIONS["num_heads"],
+        num_groups=1,
+        num_inner_repetitions=1,
+        embedding_dim=DIMENSIONS["embedding_size"],
+        hidden_dim=DIMENSIONS["hidden_size"],
+        intermediate_dim=DIMENSIONS["intermediate_size"],
+        max_sequence_length=DIMENSIONS["max_length"],
+    )
+    return keras_hub.models.AlbertClassifier(backbone, num_classes=2, preprocessor=None, activation="softmax"), True
 
 
 def inputs(for_keras_hub):
@@ -66,8 +86,11 @@ def inputs(for_keras_hub):
     ids = rng.integers(5, DIMENSIONS["vocabulary_size"], size=(BATCH, DIMENSIONS["max_length"])).astype("int32")
     labels = rng.integers(0, 2, size=(BATCH,)).astype("int32")
     if for_keras_hub:
-        return {"token_ids": ids, "segment_ids": np.zeros_like(ids),
-                "padding_mask": np.ones_like(ids, dtype=bool)}, labels
+        return {
+            "token_ids": ids,
+            "segment_ids": np.zeros_like(ids),
+            "padding_mask": np.ones_like(ids, dtype=bool),
+        }, labels
     return ids, labels
 
 
@@ -81,16 +104,25 @@ def real_token_fractions(length_bucket):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds, each training every model of every precision once; "
-                        "each model's median over them is reported")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds, each training every model of every precision once; each model's median over them is reported",
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per model and round")
-    parser.add_argument("--precisions", type=lambda v: v.split(","), default=["float32", "mixed_bfloat16"],
-                        help="comma-separated, float32 first "
-                        "(its peak is the MFU's and its keras-hub rate the ratios')")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "throughput.json"),
-                        help="JSON of the medians, each round's rates, matmul peaks, float32 step-matmul rates and "
-                        "memory bandwidths, and FLOPs per token")
+    parser.add_argument(
+        "--precisions",
+        type=lambda v: v.split(","),
+        default=["float32", "mixed_bfloat16"],
+        help="comma-separated, float32 first (its peak is the MFU's and its keras-hub rate the ratios')",
+    )
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "throughput.json"),
+        help="JSON of the medians, each round's rates, matmul peaks, float32 step-matmul rates and "
+        "memory bandwidths, and FLOPs per token",
+    )
     args = parser.parse_args()
     if args.precisions[0] != "float32" or not set(args.precisions) <= {"float32", "mixed_bfloat16"}:
         parser.error("--precisions: float32, optionally followed by mixed_bfloat16")
@@ -107,8 +139,7 @@ def main():
         # keras-hub's AlbertBackbone has no dropout by default (its classifier
         # drops the pooled vector); ours drops 0.1 after every sub-layer.
         # ours_no_dropout is the like-for-like comparison.
-        models[precision] = {"ours": ours(), "ours_no_dropout": ours(dropout_rate=0.0),
-                             "keras_hub": keras_hub_albert()}
+        models[precision] = {"ours": ours(), "ours_no_dropout": ours(dropout_rate=0.0), "keras_hub": keras_hub_albert()}
         rates[precision] = {name: [] for name in models[precision]}
         peaks[precision] = []
     keras.mixed_precision.set_global_policy("float32")
@@ -131,7 +162,8 @@ def main():
         # Each round's rates and peak, in order: how often one model led, not only the medians.
         results.setdefault("rounds", {})[precision] = {
             name: [float(x) for x in r]
-            for name, r in {**rates[precision], "matmul_peak_gflops": peaks[precision]}.items()}
+            for name, r in {**rates[precision], "matmul_peak_gflops": peaks[precision]}.items()
+        }
     float32_peak = results["float32"]["matmul_peak_gflops"]
     # The highest rounds', as for the peak: the best the machine did.
     results["float32"]["step_matmuls_gflops"] = float(max(ceilings))
@@ -146,8 +178,10 @@ def main():
     for precision in args.precisions:
         for name in ("ours", "ours_no_dropout", "keras_hub"):
             rate = results[precision][name]
-            print(f"{name + ' ' + precision:<32}{rate:>10,.0f}{rate / baseline:>16.2f}x"
-                  f"{rate * flops / 1e9 / float32_peak:>15.0%}")
+            print(
+                f"{name + ' ' + precision:<32}{rate:>10,.0f}{rate / baseline:>16.2f}x"
+                f"{rate * flops / 1e9 / float32_peak:>15.0%}"
+            )
     baseline_rounds = results["rounds"]["float32"]["keras_hub"]
     for precision in args.precisions:
         rounds = results["rounds"][precision]
@@ -155,27 +189,42 @@ def main():
         print(f"ours / keras-hub, both {precision}, per round: " + ", ".join(f"{r:.2f}x" for r in ratios))
         if precision != "float32":
             ratios = [a / b for a, b in zip(rounds["ours"], baseline_rounds)]
-            print(f"ours {precision} / keras-hub float32 of the same round: "
-                  + ", ".join(f"{r:.2f}x" for r in ratios) + f" (median {np.median(ratios):.2f}x)")
+            print(
+                f"ours {precision} / keras-hub float32 of the same round: "
+                + ", ".join(f"{r:.2f}x" for r in ratios)
+                + f" (median {np.median(ratios):.2f}x)"
+            )
     bfloat16_peak = results.get("mixed_bfloat16", {}).get("matmul_peak_gflops")
-    print(f"matmul peak (highest round): float32 {float32_peak:.0f} GFLOP/s"
-          + (f", bfloat16 {bfloat16_peak:.0f} GFLOP/s" if bfloat16_peak else "")
-          + f"; training FLOPs/token {flops / 1e6:.1f}M")
+    print(
+        f"matmul peak (highest round): float32 {float32_peak:.0f} GFLOP/s"
+        + (f", bfloat16 {bfloat16_peak:.0f} GFLOP/s" if bfloat16_peak else "")
+        + f"; training FLOPs/token {flops / 1e6:.1f}M"
+    )
     for precision in args.precisions:
-        print(f"matmul peak {precision} per round: " + ", ".join(
-            f"{p:.0f}" for p in results["rounds"][precision]["matmul_peak_gflops"]) + " GFLOP/s")
+        print(
+            f"matmul peak {precision} per round: "
+            + ", ".join(f"{p:.0f}" for p in results["rounds"][precision]["matmul_peak_gflops"])
+            + " GFLOP/s"
+        )
     step_matmuls_rate = results["float32"]["step_matmuls_gflops"]
-    print(f"float32 matmuls of a step alone, at their shapes: {step_matmuls_rate:.0f} GFLOP/s, an MFU ceiling "
-          f"of {step_matmuls_rate / float32_peak:.0%}; share of the step in matmuls at that rate (MFU / ceiling): "
-          + ", ".join(f"{name} {results['float32'][name] * flops / 1e9 / step_matmuls_rate:.0%}"
-                      for name in ("ours", "keras_hub")))
-    print(f"memory bandwidth of an elementwise float32 pass: {results['memory_bandwidth_gb_per_s']:.1f} GB/s "
-          f"({float32_peak / results['memory_bandwidth_gb_per_s']:.0f} FLOP of the matmul peak per byte)")
+    print(
+        f"float32 matmuls of a step alone, at their shapes: {step_matmuls_rate:.0f} GFLOP/s, an MFU ceiling "
+        f"of {step_matmuls_rate / float32_peak:.0%}; share of the step in matmuls at that rate (MFU / ceiling): "
+        + ", ".join(
+            f"{name} {results['float32'][name] * flops / 1e9 / step_matmuls_rate:.0%}" for name in ("ours", "keras_hub")
+        )
+    )
+    print(
+        f"memory bandwidth of an elementwise float32 pass: {results['memory_bandwidth_gb_per_s']:.1f} GB/s "
+        f"({float32_peak / results['memory_bandwidth_gb_per_s']:.0f} FLOP of the matmul peak per byte)"
+    )
     rate = results["float32"]["ours"]
-    print(f"real (non-padding) tokens on the demo corpus at max length 128: {padded:.1%} of positions "
-          f"padded to max length (ours f32: {rate * padded:,.0f} real tokens/s), {bucketed:.1%} with "
-          f"length buckets of {bucket}, the default (at least {rate * bucketed:,.0f} real tokens/s: "
-          f"shorter rows also make attention cheaper)")
+    print(
+        f"real (non-padding) tokens on the demo corpus at max length 128: {padded:.1%} of positions "
+        f"padded to max length (ours f32: {rate * padded:,.0f} real tokens/s), {bucketed:.1%} with "
+        f"length buckets of {bucket}, the default (at least {rate * bucketed:,.0f} real tokens/s: "
+        f"shorter rows also make attention cheaper)"
+    )
     write_results(results, args.out)
 
 

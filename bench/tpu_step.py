@@ -24,8 +24,14 @@ import dataclasses
 import os
 import tempfile
 
-from common import (ab_figures, alternated_rounds, real_token_fraction, timed_fit,  # sets up the path and TF's logging
-                    training_flops_per_token, write_results)
+from common import (
+    ab_figures,
+    alternated_rounds,
+    real_token_fraction,
+    timed_fit,  # sets up the path and TF's logging
+    training_flops_per_token,
+    write_results,
+)
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -45,18 +51,32 @@ def main():
     parser.add_argument("--replicas", type=int, default=8, help="TPU cores the defaults are sized for (v3-8: 8)")
     parser.add_argument("--rounds", type=int, default=3, help="A/B rounds counted; each arm's median is reported")
     parser.add_argument("--steps", type=int, default=200, help="training steps per arm and round (one epoch)")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "tpu_step.json"),
-                        help="JSON of the figures and each round's times")
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "tpu_step.json"),
+        help="JSON of the figures and each round's times",
+    )
     args = parser.parse_args()
     cpu_config, split = default_fit_split(args.cache)
     config = override(cpu_config, tpu_defaults(args.replicas))
     replica_batch = config.train.batch_size // args.replicas
     model = config.model
     positions = replica_batch * model.max_length
-    flops = training_flops_per_token(model.vocabulary_size, model.embedding_size, model.hidden_size,
-                                     model.num_layers, model.intermediate_size, model.max_length) * positions
-    real = {"static": real_token_fraction(split, config.train.batch_size, 0),
-            "length_buckets": real_token_fraction(split, cpu_config.train.batch_size, cpu_config.train.length_bucket)}
+    flops = (
+        training_flops_per_token(
+            model.vocabulary_size,
+            model.embedding_size,
+            model.hidden_size,
+            model.num_layers,
+            model.intermediate_size,
+            model.max_length,
+        )
+        * positions
+    )
+    real = {
+        "static": real_token_fraction(split, config.train.batch_size, 0),
+        "length_buckets": real_token_fraction(split, cpu_config.train.batch_size, cpu_config.train.length_bucket),
+    }
 
     keras.mixed_precision.set_global_policy(config.train.precision)
     fast_path.set_enabled(config.train.cpu_fast_path)
@@ -65,16 +85,31 @@ def main():
     with tempfile.TemporaryDirectory() as directory:
         trainers = {}
         for name, steps_per_execution in arms.items():
-            train_config = dataclasses.replace(config.train, batch_size=replica_batch, jit_compile=True,
-                                               steps_per_execution=steps_per_execution,
-                                               checkpoint_every=args.steps * (args.rounds + 1))
-            trainers[name] = Trainer(build_model(config.model), build_optimizer(train_config, 10_000),
-                                     tf.distribute.get_strategy(), train_config, os.path.join(directory, name))
+            train_config = dataclasses.replace(
+                config.train,
+                batch_size=replica_batch,
+                jit_compile=True,
+                steps_per_execution=steps_per_execution,
+                checkpoint_every=args.steps * (args.rounds + 1),
+            )
+            trainers[name] = Trainer(
+                build_model(config.model),
+                build_optimizer(train_config, 10_000),
+                tf.distribute.get_strategy(),
+                train_config,
+                os.path.join(directory, name),
+            )
 
         def seconds(name, round_):
             def make_dataset(epoch, skip_batches, input_context=None):  # the round's batches
-                return train_dataset(split, replica_batch, config.train.seed, epoch=round_,
-                                     skip_batches=skip_batches, input_context=input_context)
+                return train_dataset(
+                    split,
+                    replica_batch,
+                    config.train.seed,
+                    epoch=round_,
+                    skip_batches=skip_batches,
+                    input_context=input_context,
+                )
 
             return timed_fit(trainers[name], make_dataset, args.steps * replica_batch)
 
@@ -82,22 +117,37 @@ def main():
     figures = ab_figures(times, args.steps, "one", "tpu")
     step_ms = figures["median_ms_per_step"]
     round_trip_ms = (step_ms["one"] - step_ms["tpu"]) / (1 - 1 / arms["tpu"])
-    results = {"replicas": args.replicas, "replica_batch": replica_batch, "global_batch": config.train.batch_size,
-               "max_length": model.max_length, "precision": config.train.precision,
-               "replica_step_gflop": flops / 1e9, "global_step_gflop": flops * args.replicas / 1e9,
-               "padding_share": {key: 1 - value for key, value in real.items()},
-               "steps_per_execution": arms["tpu"], "steps": args.steps, "round_trip_ms": round_trip_ms,
-               "gflops_per_second_cpu": flops / step_ms["tpu"] / 1e6, **figures}
-    print(f"--tpu on {args.replicas} replicas: batches of {config.train.batch_size} ({replica_batch} per replica) "
-          f"of {model.max_length} tokens, {config.train.precision}")
+    results = {
+        "replicas": args.replicas,
+        "replica_batch": replica_batch,
+        "global_batch": config.train.batch_size,
+        "max_length": model.max_length,
+        "precision": config.train.precision,
+        "replica_step_gflop": flops / 1e9,
+        "global_step_gflop": flops * args.replicas / 1e9,
+        "padding_share": {key: 1 - value for key, value in real.items()},
+        "steps_per_execution": arms["tpu"],
+        "steps": args.steps,
+        "round_trip_ms": round_trip_ms,
+        "gflops_per_second_cpu": flops / step_ms["tpu"] / 1e6,
+        **figures,
+    }
+    print(
+        f"--tpu on {args.replicas} replicas: batches of {config.train.batch_size} ({replica_batch} per replica) "
+        f"of {model.max_length} tokens, {config.train.precision}"
+    )
     print(f"FLOPs: {flops / 1e9:.2f} GFLOP per replica step, {flops * args.replicas / 1e9:.1f} per global step")
-    print(f"padding: {results['padding_share']['static']:.1%} of the positions computed at the static length "
-          f"({results['padding_share']['length_buckets']:.1%} with CPU length buckets of "
-          f"{cpu_config.train.length_bucket})")
-    print(f"host loop, the replica step compiled with XLA on this CPU ({args.rounds} rounds of {args.steps} "
-          f"steps): {step_ms['one']:.1f} ms/step with one step per round trip, {step_ms['tpu']:.1f} with "
-          f"{arms['tpu']} ({figures['ratio']:.3f}x); one round trip {round_trip_ms:.1f} ms; "
-          f"{results['gflops_per_second_cpu']:.0f} GFLOP/s")
+    print(
+        f"padding: {results['padding_share']['static']:.1%} of the positions computed at the static length "
+        f"({results['padding_share']['length_buckets']:.1%} with CPU length buckets of "
+        f"{cpu_config.train.length_bucket})"
+    )
+    print(
+        f"host loop, the replica step compiled with XLA on this CPU ({args.rounds} rounds of {args.steps} "
+        f"steps): {step_ms['one']:.1f} ms/step with one step per round trip, {step_ms['tpu']:.1f} with "
+        f"{arms['tpu']} ({figures['ratio']:.3f}x); one round trip {round_trip_ms:.1f} ms; "
+        f"{results['gflops_per_second_cpu']:.0f} GFLOP/s"
+    )
     write_results(results, args.out)
 
 

@@ -29,13 +29,20 @@ from pipeline.tokenizer import count_words, wordpiece_vocabulary  # noqa: E402
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", default=os.path.join("bench", "cache"), help="where the corpus is fetched to")
-    parser.add_argument("--sizes", type=lambda v: [int(s) for s in v.split(",")], default=[2000, 4000, 8000, 16000],
-                        help="comma-separated vocabulary sizes to learn")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "vocabulary.json"),
-                        help="JSON of both learners' times and whether their vocabularies are equal, per size")
+    parser.add_argument(
+        "--sizes",
+        type=lambda v: [int(s) for s in v.split(",")],
+        default=[2000, 4000, 8000, 16000],
+        help="comma-separated vocabulary sizes to learn",
+    )
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "vocabulary.json"),
+        help="JSON of both learners' times and whether their vocabularies are equal, per size",
+    )
     args = parser.parse_args()
     texts = read(fetch_corpus(args.cache)[0])[0]
-    texts = texts[:validation_cut(len(texts))]
+    texts = texts[: validation_cut(len(texts))]
     data = DataConfig()
     counts = count_words(texts, data.lower_case, data.normalization_form)
     results = {"texts": len(texts), "distinct_words": len(counts), "sizes": {}}
@@ -49,10 +56,17 @@ def main():
             timed[name] = (time.perf_counter() - start, vocabulary)
         same = timed["tensorflow_text"][1] == timed["this_project"][1]
         seconds = {name: value[0] for name, value in timed.items()}
-        results["sizes"][size] = {"entries": len(vocabulary), "seconds": seconds, "same_vocabulary": same,
-                                  "speed_up": seconds["tensorflow_text"] / seconds["this_project"]}
-        print(f"{size:>8}{len(vocabulary):>9}{seconds['tensorflow_text']:>19.1f}{seconds['this_project']:>16.1f}"
-              f"{results['sizes'][size]['speed_up']:>9.1f}x  {same}", flush=True)
+        results["sizes"][size] = {
+            "entries": len(vocabulary),
+            "seconds": seconds,
+            "same_vocabulary": same,
+            "speed_up": seconds["tensorflow_text"] / seconds["this_project"],
+        }
+        print(
+            f"{size:>8}{len(vocabulary):>9}{seconds['tensorflow_text']:>19.1f}{seconds['this_project']:>16.1f}"
+            f"{results['sizes'][size]['speed_up']:>9.1f}x  {same}",
+            flush=True,
+        )
     write_results(results, args.out)
 
 

@@ -31,8 +31,11 @@ def main():
     parser.add_argument("--cache", default=os.path.join("bench", "cache"), help="where the corpus is fetched to")
     parser.add_argument("--rounds", type=int, default=10, help="A/B rounds; each arm's median is reported")
     parser.add_argument("--steps", type=int, default=100, help="timed training steps per arm and round")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "weight_averaging.json"),
-                        help="JSON of the medians and each round's times")
+    parser.add_argument(
+        "--out",
+        default=os.path.join("bench", "results", "weight_averaging.json"),
+        help="JSON of the medians and each round's times",
+    )
     args = parser.parse_args()
     config, split = default_fit_split(args.cache)
     arms = {"off": 0.0, "default": config.train.weight_averaging}
@@ -40,22 +43,40 @@ def main():
         trainers = {}
         for name, decay in arms.items():
             train_config = dataclasses.replace(config.train, weight_averaging=decay)
-            trainers[name] = Trainer(build_model(config.model), build_optimizer(train_config, 10_000),
-                                     tf.distribute.get_strategy(), train_config, os.path.join(directory, name))
+            trainers[name] = Trainer(
+                build_model(config.model),
+                build_optimizer(train_config, 10_000),
+                tf.distribute.get_strategy(),
+                train_config,
+                os.path.join(directory, name),
+            )
 
         def seconds(name, epoch):
             # The same batches for both arms of a round (one epoch's shuffle).
-            iterator = iter(train_dataset(split, config.train.batch_size, config.train.seed, epoch=epoch,
-                                          length_bucket=config.train.length_bucket))
+            iterator = iter(
+                train_dataset(
+                    split,
+                    config.train.batch_size,
+                    config.train.seed,
+                    epoch=epoch,
+                    length_bucket=config.train.length_bucket,
+                )
+            )
             return timed_steps(trainers[name], iterator, args.steps, warmup_steps=1)
 
         times = alternated_rounds(arms, args.rounds, seconds, flip=False)
-    results = {"decay": arms["default"], "steps": args.steps, "batch_size": config.train.batch_size,
-               **ab_figures(times, args.steps, "off", "default")}
-    print(f"{args.rounds} rounds of {args.steps} steps, batch {config.train.batch_size}, max length "
-          f"{config.model.max_length}: {results['median_ms_per_step']['off']:.1f} ms/step without averaging, "
-          f"{results['median_ms_per_step']['default']:.1f} with (decay {arms['default']}): "
-          f"{results['ratio']:.3f}x the time; per round " + ", ".join(f"{r:.3f}x" for r in results["round_ratios"]))
+    results = {
+        "decay": arms["default"],
+        "steps": args.steps,
+        "batch_size": config.train.batch_size,
+        **ab_figures(times, args.steps, "off", "default"),
+    }
+    print(
+        f"{args.rounds} rounds of {args.steps} steps, batch {config.train.batch_size}, max length "
+        f"{config.model.max_length}: {results['median_ms_per_step']['off']:.1f} ms/step without averaging, "
+        f"{results['median_ms_per_step']['default']:.1f} with (decay {arms['default']}): "
+        f"{results['ratio']:.3f}x the time; per round " + ", ".join(f"{r:.3f}x" for r in results["round_ratios"])
+    )
     write_results(results, args.out)
 
 

@@ -99,9 +99,7 @@ class ClassificationHead(keras.layers.Layer):
         self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
         self.logits = keras.layers.Dense(
             self.num_classes,
-            kernel_initializer=keras.initializers.TruncatedNormal(
-                stddev=self.initializer_range
-            ),
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=self.initializer_range),
             dtype=self.dtype_policy,
             name="logits",
         )

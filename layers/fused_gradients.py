@@ -201,9 +201,7 @@ def layer_norm(x, gamma, beta, epsilon):
 
         return normalized * gamma + beta, grad
 
-    outputs = normalize(
-        tf.cast(x, "float32"), tf.cast(gamma, "float32"), tf.cast(beta, "float32")
-    )
+    outputs = normalize(tf.cast(x, "float32"), tf.cast(gamma, "float32"), tf.cast(beta, "float32"))
     return tf.cast(outputs, x.dtype)
 
 
@@ -232,8 +230,7 @@ def _scale_and_offset_gradients(upstream, normalized):
     """
     if len(normalized.shape) < 2:
         return upstream * normalized, upstream
-    return (tf.raw_ops.BiasAddGrad(out_backprop=upstream * normalized),
-            tf.raw_ops.BiasAddGrad(out_backprop=upstream))
+    return (tf.raw_ops.BiasAddGrad(out_backprop=upstream * normalized), tf.raw_ops.BiasAddGrad(out_backprop=upstream))
 
 
 def residual_norm(x, y, gamma, beta, epsilon, rate=0.0, seed=None, bias=None):

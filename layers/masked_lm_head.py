@@ -41,8 +41,15 @@ class MaskedLMHead(keras.layers.Layer):
         - [Lan et al., 2019](https://arxiv.org/abs/1909.11942)
     """
 
-    def __init__(self, vocabulary_size, token_embedding=None, activation="gelu",
-                 layer_norm_epsilon=1e-12, initializer_range=0.02, **kwargs):
+    def __init__(
+        self,
+        vocabulary_size,
+        token_embedding=None,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        initializer_range=0.02,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.vocabulary_size = int(vocabulary_size)
         self.token_embedding = token_embedding
@@ -55,17 +62,27 @@ class MaskedLMHead(keras.layers.Layer):
     def build(self, inputs_shape, masked_positions_shape=None):
         hidden = inputs_shape[-1]
         initializer = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
-        self.transform = keras.layers.Dense(hidden, activation=self.activation, kernel_initializer=initializer,
-                                            dtype=self.dtype_policy, name="transform")
+        self.transform = keras.layers.Dense(
+            hidden,
+            activation=self.activation,
+            kernel_initializer=initializer,
+            dtype=self.dtype_policy,
+            name="transform",
+        )
         self.transform.build((None, None, hidden))
-        self.norm = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon,
-                                                    dtype=self.dtype_policy, name="norm")
+        self.norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
+        )
         self.norm.build((None, None, hidden))
         self.output_projection = None
         if self.token_embedding is None:
             self.output_projection = keras.layers.Dense(
-                self.vocabulary_size, use_bias=False, kernel_initializer=initializer,
-                dtype=self.dtype_policy, name="output_projection")
+                self.vocabulary_size,
+                use_bias=False,
+                kernel_initializer=initializer,
+                dtype=self.dtype_policy,
+                name="output_projection",
+            )
             self.output_projection.build((None, None, hidden))
         self.bias = self.add_weight(shape=(self.vocabulary_size,), initializer="zeros", name="bias")
         self.softmax = keras.layers.Softmax(dtype="float32", name="probabilities")
@@ -88,14 +105,17 @@ class MaskedLMHead(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "vocabulary_size": self.vocabulary_size,
-            "token_embedding": (keras.layers.serialize(self.token_embedding)
-                                if self.token_embedding is not None else None),
-            "activation": keras.activations.serialize(self.activation),
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "initializer_range": self.initializer_range,
-        })
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "token_embedding": (
+                    keras.layers.serialize(self.token_embedding) if self.token_embedding is not None else None
+                ),
+                "activation": keras.activations.serialize(self.activation),
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "initializer_range": self.initializer_range,
+            }
+        )
         return config
 
     @classmethod

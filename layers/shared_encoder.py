@@ -73,10 +73,7 @@ class SharedEncoder(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         if not 1 <= int(num_groups) <= int(num_layers):
-            raise ValueError(
-                f"num_groups must be between 1 and num_layers={num_layers}, "
-                f"got {num_groups}"
-            )
+            raise ValueError(f"num_groups must be between 1 and num_layers={num_layers}, got {num_groups}")
         self.num_layers = int(num_layers)
         self.num_heads = int(num_heads)
         self.intermediate_size = int(intermediate_size)
@@ -120,9 +117,7 @@ class SharedEncoder(keras.layers.Layer):
         """The block that layer `layer_index` (0-based) runs."""
         return self.blocks[layer_index * self.num_groups // self.num_layers]
 
-    def call(
-        self, inputs, mask=None, training=None, return_attention_scores=False
-    ):
+    def call(self, inputs, mask=None, training=None, return_attention_scores=False):
         attention_mask = None
         if mask is not None:
             # Keys at padding are masked for every query: (batch, length, length).
@@ -147,13 +142,9 @@ class SharedEncoder(keras.layers.Layer):
             return outputs, ops.stack(scores, axis=1)
         return outputs
 
-    def compute_output_spec(
-        self, inputs, mask=None, training=None, return_attention_scores=False
-    ):
+    def compute_output_spec(self, inputs, mask=None, training=None, return_attention_scores=False):
         batch, length, hidden = inputs.shape
-        outputs = keras.KerasTensor(
-            (batch, self.num_layers, length, hidden), dtype=self.compute_dtype
-        )
+        outputs = keras.KerasTensor((batch, self.num_layers, length, hidden), dtype=self.compute_dtype)
         if not return_attention_scores:
             return outputs
         scores = keras.KerasTensor(

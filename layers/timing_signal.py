@@ -6,9 +6,7 @@ import keras
 from keras import ops
 
 
-def get_timing_signal_1d(
-    length, channels, min_timescale=1.0, max_timescale=1.0e4, start_index=0
-):
+def get_timing_signal_1d(length, channels, min_timescale=1.0, max_timescale=1.0e4, start_index=0):
     """Returns the `[length, channels]` float32 timing signal of tensor2tensor.
 
     For `n = channels // 2` timescales spaced geometrically between
@@ -25,12 +23,8 @@ def get_timing_signal_1d(
     """
     num_timescales = channels // 2
     # The max(n - 1, 1) guard keeps channels 2 and 3 (one timescale) finite.
-    log_timescale_increment = math.log(
-        float(max_timescale) / float(min_timescale)
-    ) / max(num_timescales - 1, 1)
-    inv_timescales = min_timescale * ops.exp(
-        ops.arange(num_timescales, dtype="float32") * -log_timescale_increment
-    )
+    log_timescale_increment = math.log(float(max_timescale) / float(min_timescale)) / max(num_timescales - 1, 1)
+    inv_timescales = min_timescale * ops.exp(ops.arange(num_timescales, dtype="float32") * -log_timescale_increment)
     position = ops.cast(ops.arange(length), "float32") + float(start_index)
     scaled_time = position[:, None] * inv_timescales[None, :]  # (length, n)
     signal = ops.concatenate([ops.sin(scaled_time), ops.cos(scaled_time)], axis=1)
@@ -68,9 +62,7 @@ class TimingSignal1D(keras.layers.Layer):
         - tensor2tensor `layers/common_attention.py`, `get_timing_signal_1d`
     """
 
-    def __init__(
-        self, min_timescale=1.0, max_timescale=1.0e4, start_index=0, **kwargs
-    ):
+    def __init__(self, min_timescale=1.0, max_timescale=1.0e4, start_index=0, **kwargs):
         super().__init__(**kwargs)
         self.min_timescale = float(min_timescale)
         self.max_timescale = float(max_timescale)

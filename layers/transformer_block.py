@@ -74,13 +74,8 @@ class TransformerBlock(keras.layers.Layer):
     def build(self, input_shape):
         hidden_size = input_shape[-1]
         if hidden_size % self.num_heads:
-            raise ValueError(
-                f"hidden size {hidden_size} is not divisible by "
-                f"num_heads={self.num_heads}"
-            )
-        initializer = keras.initializers.TruncatedNormal(
-            stddev=self.initializer_range
-        )
+            raise ValueError(f"hidden size {hidden_size} is not divisible by num_heads={self.num_heads}")
+        initializer = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
         self.attention = keras.layers.MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=hidden_size // self.num_heads,
@@ -111,9 +106,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def _layer_norm(self, name, input_shape):
         # Computed in float32 under mixed precision, as Keras's layer is.
-        layer = LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
+        layer = LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
         layer.build(input_shape)
         return layer
 

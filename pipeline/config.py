@@ -401,10 +401,7 @@ def override(config, values, source="overrides"):
     fields = {field.name: field for field in dataclasses.fields(config)}
     for key, value in values.items():
         if key not in fields:
-            raise ValueError(
-                f"{source}: unknown field {key!r} in {type(config).__name__}; "
-                f"known: {sorted(fields)}"
-            )
+            raise ValueError(f"{source}: unknown field {key!r} in {type(config).__name__}; known: {sorted(fields)}")
         current = getattr(config, key)
         if dataclasses.is_dataclass(current):
             changes[key] = override(current, value, f"{source}: {key}")

@@ -57,16 +57,16 @@ def in_batches(texts, function):
 
 def read_split(paths, data_config):
     """The validated examples of `paths` (see `readers.read_examples`)."""
-    return read_examples(paths, data_config.text_column, data_config.label_column,
-                         data_config.file_format, data_config.skip_bad_rows)
+    return read_examples(
+        paths, data_config.text_column, data_config.label_column, data_config.file_format, data_config.skip_bad_rows
+    )
 
 
 def load_split(paths, data_config, tokenizer, names):
     """Reads (unless given `Examples`), validates and tokenizes one split."""
     examples = read_split(paths, data_config)
     labels = encode_labels(examples, names, data_config.skip_bad_rows)
-    return Split(tokenize(tokenizer, examples.texts), labels, examples.sources,
-                 dict(examples.skipped))
+    return Split(tokenize(tokenizer, examples.texts), labels, examples.sources, dict(examples.skipped))
 
 
 def concatenate(splits):
@@ -75,8 +75,12 @@ def concatenate(splits):
     skipped = collections.Counter()
     for split in splits:
         skipped.update(split.skipped)
-    return Split(np.concatenate([split.ids for split in splits]), np.concatenate([split.labels for split in splits]),
-                 [source for split in splits for source in split.sources], dict(skipped))
+    return Split(
+        np.concatenate([split.ids for split in splits]),
+        np.concatenate([split.labels for split in splits]),
+        [source for split in splits for source in split.sources],
+        dict(skipped),
+    )
 
 
 def hold_out(examples, fraction, seed=HOLD_OUT_SEED):
@@ -94,13 +98,20 @@ def hold_out(examples, fraction, seed=HOLD_OUT_SEED):
         count = min(round(fraction * len(indices)), len(indices) - 1)
         chosen[rng.permutation(indices)[:count]] = True
     if not chosen.any():
-        raise ValueError(f"train.validation_split {fraction} of {len(labels)} training examples holds out none: "
-                         "give more examples or a larger split, or set train.validation_split 0 to keep the best "
-                         "epoch on the evaluation files")
+        raise ValueError(
+            f"train.validation_split {fraction} of {len(labels)} training examples holds out none: "
+            "give more examples or a larger split, or set train.validation_split 0 to keep the best "
+            "epoch on the evaluation files"
+        )
 
     def part(mask, skipped):
-        return Examples(*([value for value, keep in zip(values, mask) if keep]
-                          for values in (examples.texts, examples.labels, examples.sources)), skipped)
+        return Examples(
+            *(
+                [value for value, keep in zip(values, mask) if keep]
+                for values in (examples.texts, examples.labels, examples.sources)
+            ),
+            skipped,
+        )
 
     return part(~chosen, collections.Counter(examples.skipped)), part(chosen, collections.Counter())
 
@@ -124,14 +135,19 @@ def learn_vocabulary(paths, data_config, max_length, reuse=None):
 def learn_tokenizer(texts, data_config, max_length):
     """A tokenizer learned from `texts` with the data config's settings."""
     return Tokenizer.learn(
-        texts, kind=data_config.tokenizer,
-        vocabulary_size=data_config.vocabulary_size, min_count=data_config.min_count,
-        max_length=max_length, lower_case=data_config.lower_case,
-        normalization_form=data_config.normalization_form)
+        texts,
+        kind=data_config.tokenizer,
+        vocabulary_size=data_config.vocabulary_size,
+        min_count=data_config.min_count,
+        max_length=max_length,
+        lower_case=data_config.lower_case,
+        normalization_form=data_config.normalization_form,
+    )
 
 
-def train_dataset(split, global_batch_size, seed, epoch=0, skip_batches=0,
-                  input_context=None, length_bucket=0, token_dropout=0.0):
+def train_dataset(
+    split, global_batch_size, seed, epoch=0, skip_batches=0, input_context=None, length_bucket=0, token_dropout=0.0
+):
     """One epoch of shuffled `(ids, labels)` batches, `(batch, max_length)`.
 
     The shuffle order depends only on `(seed, epoch)`, so a resumed run skips
@@ -151,8 +167,9 @@ def train_dataset(split, global_batch_size, seed, epoch=0, skip_batches=0,
         dataset = dataset.map(functools.partial(_cut_padding, length_bucket=length_bucket))
     if token_dropout:
         pipeline = input_context.input_pipeline_id if input_context else 0
-        dataset = dataset.enumerate().map(functools.partial(
-            _drop_tokens, rate=token_dropout, seed=epoch_seed * 1000 + pipeline))
+        dataset = dataset.enumerate().map(
+            functools.partial(_drop_tokens, rate=token_dropout, seed=epoch_seed * 1000 + pipeline)
+        )
     return replica_batches(dataset.skip(skip_batches), batch_size, step_size)
 
 
@@ -236,7 +253,8 @@ def eval_dataset(split, global_batch_size, input_context=None):
 def distribute(strategy, make_dataset, *args, **kwargs):
     """`make_dataset(*args, input_context=..., **kwargs)` on every input pipeline."""
     return strategy.distribute_datasets_from_function(
-        lambda context: make_dataset(*args, input_context=context, **kwargs))
+        lambda context: make_dataset(*args, input_context=context, **kwargs)
+    )
 
 
 def per_pipeline(dataset, global_batch_size, input_context):
@@ -245,10 +263,12 @@ def per_pipeline(dataset, global_batch_size, input_context):
         return global_batch_size, global_batch_size, dataset
     if global_batch_size % input_context.num_replicas_in_sync:
         raise ValueError(
-            f"batch size {global_batch_size} does not divide evenly among "
-            f"{input_context.num_replicas_in_sync} replicas")
+            f"batch size {global_batch_size} does not divide evenly among {input_context.num_replicas_in_sync} replicas"
+        )
     if input_context.num_input_pipelines > 1:  # one shard per host
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
-    return (input_context.get_per_replica_batch_size(global_batch_size),
-            global_batch_size // input_context.num_input_pipelines, dataset)
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return (
+        input_context.get_per_replica_batch_size(global_batch_size),
+        global_batch_size // input_context.num_input_pipelines,
+        dataset,
+    )

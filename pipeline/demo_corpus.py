@@ -22,13 +22,36 @@ import tensorflow as tf
 
 from pipeline.files import create
 
-POSITIVE = ["good", "great", "excellent", "wonderful", "superb", "lovely",
-            "fantastic", "brilliant", "pleasant", "delightful"]
-NEGATIVE = ["bad", "awful", "terrible", "poor", "dreadful", "boring",
-            "horrible", "dull", "disappointing", "mediocre"]
-SUBJECTS = ["the food", "the service", "the movie", "the plot", "the hotel",
-            "the staff", "the music", "the acting", "the room", "the price",
-            "the book", "the ending", "the coffee", "the view", "the game"]
+POSITIVE = [
+    "good",
+    "great",
+    "excellent",
+    "wonderful",
+    "superb",
+    "lovely",
+    "fantastic",
+    "brilliant",
+    "pleasant",
+    "delightful",
+]
+NEGATIVE = ["bad", "awful", "terrible", "poor", "dreadful", "boring", "horrible", "dull", "disappointing", "mediocre"]
+SUBJECTS = [
+    "the food",
+    "the service",
+    "the movie",
+    "the plot",
+    "the hotel",
+    "the staff",
+    "the music",
+    "the acting",
+    "the room",
+    "the price",
+    "the book",
+    "the ending",
+    "the coffee",
+    "the view",
+    "the game",
+]
 SIDES = ["team", "players", "band", "school", "club", "side", "lawyers", "army"]
 VERBS = ["beat", "defeated", "outplayed", "crushed", "outscored", "outsmarted"]
 OPENERS = ["", "", "honestly ,", "i think", "overall ,", "to be fair ,", "well ,"]

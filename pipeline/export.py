@@ -39,8 +39,10 @@ class ServingModule(tf.Module):
         self.models = list(models) if isinstance(models, (list, tuple)) else [models]
         heads = {model.get_layer("encoder").num_heads for model in self.models}
         if len(heads) > 1:
-            raise ValueError(f"ensemble members have {sorted(heads)} attention heads; the attention "
-                             "signature stacks their maps, which needs one head count")
+            raise ValueError(
+                f"ensemble members have {sorted(heads)} attention heads; the attention "
+                "signature stacks their maps, which needs one head count"
+            )
         self.tokenizer = tokenizer
         # A variable, so the SavedModel keeps it as `loaded.label_names`.
         self.label_names = tf.Variable(list(label_names), trainable=False, name="label_names")
@@ -49,16 +51,18 @@ class ServingModule(tf.Module):
         ids = self.tokenizer(text)
         probabilities = _mean([tf.cast(model(ids, training=False), tf.float32) for model in self.models])
         label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
-        return {"probabilities": probabilities, "label_id": label_id,
-                "label": tf.gather(self.label_names, label_id)}
+        return {"probabilities": probabilities, "label_id": label_id, "label": tf.gather(self.label_names, label_id)}
 
     def attention(self, text):
         ids = self.tokenizer(text)
         internals = [model_internals(model, ids) for model in self.models]
         attention = tf.concat([tf.cast(i["attention"], tf.float32) for i in internals], axis=1)
-        return {"attention": attention,  # (batch, members x layers, heads, L, L)
-                "tokens": self.tokenizer.tokens(ids), "token_ids": ids,
-                "probabilities": _mean([tf.cast(i["probabilities"], tf.float32) for i in internals])}
+        return {
+            "attention": attention,  # (batch, members x layers, heads, L, L)
+            "tokens": self.tokenizer.tokens(ids),
+            "token_ids": ids,
+            "probabilities": _mean([tf.cast(i["probabilities"], tf.float32) for i in internals]),
+        }
 
 
 def _mean(tensors):
@@ -88,8 +92,10 @@ def export_saved_model(model, tokenizer, label_names, export_root, version=None)
     # module would each be traced again for the file (the tests' tiny model:
     # 3.15 -> 2.15 s an export, means of 8 alternated; the SavedModel's
     # interface is its signatures).
-    signatures = {name: tf.function(method, input_signature=[TEXT], autograph=False).get_concrete_function()
-                  for name, method in (("serving_default", module.serve), ("attention", module.attention))}
+    signatures = {
+        name: tf.function(method, input_signature=[TEXT], autograph=False).get_concrete_function()
+        for name, method in (("serving_default", module.serve), ("attention", module.attention))
+    }
     tf.saved_model.save(module, path, signatures=signatures)
     return path
 
@@ -117,11 +123,15 @@ def restore_ensemble(model_dirs):
         if tokenizer is None:
             tokenizer, names = member_tokenizer, member_names
         elif member_tokenizer.vocabulary != tokenizer.vocabulary:
-            raise ValueError(f"{model_dir}: its vocabulary differs from {model_dirs[0]}'s; train ensemble "
-                             f"members with --vocabulary-from {model_dirs[0]}")
+            raise ValueError(
+                f"{model_dir}: its vocabulary differs from {model_dirs[0]}'s; train ensemble "
+                f"members with --vocabulary-from {model_dirs[0]}"
+            )
         elif member_tokenizer.settings != tokenizer.settings:
-            raise ValueError(f"{model_dir}: tokenizer settings {member_tokenizer.settings} differ from "
-                             f"{model_dirs[0]}'s {tokenizer.settings}")
+            raise ValueError(
+                f"{model_dir}: tokenizer settings {member_tokenizer.settings} differ from "
+                f"{model_dirs[0]}'s {tokenizer.settings}"
+            )
         elif member_names != names:
             raise ValueError(f"{model_dir}: labels {member_names} differ from {model_dirs[0]}'s {names}")
         models.append(model)
@@ -130,8 +140,12 @@ def restore_ensemble(model_dirs):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Re-export a trained model as a serving SavedModel.")
-    parser.add_argument("--model-dir", required=True, nargs="+", help="directory of a pipeline.train run; "
-                        "several export their ensemble (the mean of their probabilities)")
+    parser.add_argument(
+        "--model-dir",
+        required=True,
+        nargs="+",
+        help="directory of a pipeline.train run; several export their ensemble (the mean of their probabilities)",
+    )
     parser.add_argument("--export-dir", help="export root (default MODEL_DIR/export; required for an ensemble)")
     parser.add_argument("--version", type=int, help="version number (default: next free one)")
     args = parser.parse_args(argv)

@@ -11,8 +11,7 @@ import tensorflow as tf
 def open_text(path, errors="strict", newline=None):
     """`path` opened to read UTF-8 text, streamed, as the built-in `open`
     would with these `errors` and `newline`."""
-    return io.TextIOWrapper(io.BufferedReader(_GFileReader(path)), encoding="utf-8", errors=errors,
-                            newline=newline)
+    return io.TextIOWrapper(io.BufferedReader(_GFileReader(path)), encoding="utf-8", errors=errors, newline=newline)
 
 
 class _GFileReader(io.RawIOBase):
@@ -26,7 +25,7 @@ class _GFileReader(io.RawIOBase):
 
     def readinto(self, buffer):
         data = self._file.read(len(buffer))
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
 
     def close(self):

@@ -35,8 +35,10 @@ def class_weights(spec, labels, names):
     weights = np.ones(len(names), "float32")
     for name, weight in parse_class_weights(spec).items():
         if name not in names:
-            raise ValueError(f"train.class_weight names class {name!r}, which the training data does not have; "
-                             f"its classes: {list(names)}")
+            raise ValueError(
+                f"train.class_weight names class {name!r}, which the training data does not have; "
+                f"its classes: {list(names)}"
+            )
         weights[list(names).index(name)] = weight
     return weights
 
@@ -52,8 +54,10 @@ def parse_class_weights(spec):
         except ValueError:
             value = -1.0
         if not separator or not name or not value > 0:
-            raise ValueError(f"train.class_weight {spec!r}: {part!r} is not NAME:WEIGHT with a positive weight "
-                             "(or use \"balanced\" or \"none\")")
+            raise ValueError(
+                f"train.class_weight {spec!r}: {part!r} is not NAME:WEIGHT with a positive weight "
+                '(or use "balanced" or "none")'
+            )
         weights[name] = value
     return weights
 

@@ -42,7 +42,8 @@ class BertItemSelector(item_selector_ops.ItemSelector):
             first = tf.gather(input_ids.flat_values, input_ids.values.row_starts())
             items = tf.RaggedTensor.from_row_splits(first, input_ids.row_splits)
         selectable = tf.ragged.map_flat_values(
-            lambda ids: tf.reduce_all(ids[:, None] != tf.constant(self.unselectable_ids, ids.dtype), -1), items)
+            lambda ids: tf.reduce_all(ids[:, None] != tf.constant(self.unselectable_ids, ids.dtype), -1), items
+        )
         dense = selectable.to_tensor(False)  # (batch, items)
         count = tf.reduce_sum(tf.cast(dense, tf.float32), axis=1)
         wanted = tf.minimum(tf.maximum(1.0, tf.round(count * self.rate)), float(self.max_selections))
@@ -76,8 +77,9 @@ def swap_segments(word_ids, max_length):
     swapped = cuttable & (tf.random.uniform(tf.shape(count)) < 0.5)
     first = tf.not_equal(tf.ragged.range(count) < cut[:, None], swapped[:, None])  # the segment put first
     cls, sep = (one_word(token, words.nrows()) for token in (CLS_ID, SEP_ID))
-    ordered = tf.concat([cls, tf.ragged.boolean_mask(words, first), sep,
-                         tf.ragged.boolean_mask(words, tf.logical_not(first))], axis=1)
+    ordered = tf.concat(
+        [cls, tf.ragged.boolean_mask(words, first), sep, tf.ragged.boolean_mask(words, tf.logical_not(first))], axis=1
+    )
     return ordered, tf.cast(swapped, tf.int32), tf.cast(cuttable, tf.float32)
 
 
@@ -103,11 +105,15 @@ def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config, length_b
     if pretrain_config.sentence_order:
         word_ids, swapped, order_weights = swap_segments(word_ids, max_length)
     ids = word_ids if pretrain_config.whole_word_masking else word_ids.merge_dims(1, 2)
-    selector = BertItemSelector(pretrain_config.mask_rate, pretrain_config.max_predictions,
-                                unselectable_ids=[PAD_ID, CLS_ID, SEP_ID])
+    selector = BertItemSelector(
+        pretrain_config.mask_rate, pretrain_config.max_predictions, unselectable_ids=[PAD_ID, CLS_ID, SEP_ID]
+    )
     chooser = tf_text.MaskValuesChooser(
-        vocabulary_size, MASK_ID, mask_token_rate=pretrain_config.mask_token_rate,
-        random_token_rate=pretrain_config.random_token_rate)
+        vocabulary_size,
+        MASK_ID,
+        mask_token_rate=pretrain_config.mask_token_rate,
+        random_token_rate=pretrain_config.random_token_rate,
+    )
     masked, positions, targets = tf_text.mask_language_model(ids, selector, chooser, axis=1)
     if masked.ragged_rank > 1:
         masked = masked.merge_dims(1, 2)
@@ -128,8 +134,11 @@ def mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config, length_b
     weights = _to_slots(tf.ones_like(targets, tf.float32), slots)
     targets = tf.cast(_to_slots(targets, slots), tf.int32)
     if pretrain_config.sentence_order:
-        return (features, {"masked_lm": targets, "sentence_order": swapped},
-                {"masked_lm": weights, "sentence_order": order_weights})
+        return (
+            features,
+            {"masked_lm": targets, "sentence_order": swapped},
+            {"masked_lm": weights, "sentence_order": order_weights},
+        )
     return features, targets, weights
 
 
@@ -156,13 +165,22 @@ def word_ids_of(texts, tokenizer):
     """`tokenizer.word_ids` of every text, `(texts, (words), (pieces))`:
     tokenized once, in parallel batches, for all the epochs of a run."""
     if not texts:
-        return tf.RaggedTensor.from_nested_row_lengths(
-            tf.zeros([0], tf.int64), [tf.zeros([0], tf.int64)] * 2)
+        return tf.RaggedTensor.from_nested_row_lengths(tf.zeros([0], tf.int64), [tf.zeros([0], tf.int64)] * 2)
     return tf.concat(list(in_batches(texts, tokenizer.word_ids)), axis=0)
 
 
-def masked_lm_dataset(word_ids, vocabulary_size, max_length, global_batch_size, pretrain_config, seed,
-                      epoch=0, skip_batches=0, input_context=None, length_bucket=0):
+def masked_lm_dataset(
+    word_ids,
+    vocabulary_size,
+    max_length,
+    global_batch_size,
+    pretrain_config,
+    seed,
+    epoch=0,
+    skip_batches=0,
+    input_context=None,
+    length_bucket=0,
+):
     """One epoch of masked batches from `word_ids_of` texts, shuffled by `(seed, epoch)`.
 
     Steps are made as `pipeline.dataset.train_dataset` makes them, of text
@@ -202,4 +220,5 @@ def _traced_masking(vocabulary_size, max_length, pretrain_settings, length_bucke
     pretrain_config = PretrainConfig(*pretrain_settings)
     return tf.function(
         lambda word_ids: mask_tokens(word_ids, vocabulary_size, max_length, pretrain_config, length_bucket),
-        autograph=False)
+        autograph=False,
+    )

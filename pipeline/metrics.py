@@ -31,8 +31,7 @@ def classification_report(labels, probabilities, label_names):
     recall = _divide(true_positives, confusion.sum(axis=1))
     f1 = _divide(2 * precision * recall, precision + recall)
     per_class = {
-        name: {"precision": precision[i], "recall": recall[i], "f1": f1[i],
-               "support": int(confusion[i].sum())}
+        name: {"precision": precision[i], "recall": recall[i], "f1": f1[i], "support": int(confusion[i].sum())}
         for i, name in enumerate(label_names)
     }
     return {
@@ -40,8 +39,9 @@ def classification_report(labels, probabilities, label_names):
         "accuracy": float(true_positives.sum() / max(len(labels), 1)),
         "macro_f1": float(f1.mean()),
         "loss": log_loss(labels, probabilities),
-        "per_class": {name: {k: float(v) if k != "support" else v for k, v in stats.items()}
-                      for name, stats in per_class.items()},
+        "per_class": {
+            name: {k: float(v) if k != "support" else v for k, v in stats.items()} for name, stats in per_class.items()
+        },
         "confusion_matrix": {"labels": list(label_names), "rows_true_columns_predicted": confusion.tolist()},
     }
 
@@ -59,9 +59,11 @@ def one_class_warning(report):
     if predicted_share[top] < ONE_CLASS_PREDICTED_SHARE or true_share > ONE_CLASS_TRUE_SHARE:
         return None
     name = report["confusion_matrix"]["labels"][top]
-    return (f"warning: the model predicts {name!r} for {predicted_share[top]:.0%} of the {total} examples, "
-            f"{true_share:.0%} of which are {name!r}: it has learned little beyond always answering it "
-            f"(macro-F1 {report['macro_f1']:.4f}). Try --class-weight balanced, more epochs or more data.")
+    return (
+        f"warning: the model predicts {name!r} for {predicted_share[top]:.0%} of the {total} examples, "
+        f"{true_share:.0%} of which are {name!r}: it has learned little beyond always answering it "
+        f"(macro-F1 {report['macro_f1']:.4f}). Try --class-weight balanced, more epochs or more data."
+    )
 
 
 def log_loss(labels, probabilities):
@@ -89,13 +91,16 @@ def format_report(report):
     width = max([len("class")] + [len(name) for name in report["per_class"]])
     lines = [f"{'class':<{width}}  precision  recall     f1  support"]
     for name, stats in report["per_class"].items():
-        lines.append(f"{name:<{width}}  {stats['precision']:9.4f}  {stats['recall']:6.4f}"
-                     f"  {stats['f1']:5.4f}  {stats['support']:7d}")
-    lines.append(f"accuracy {report['accuracy']:.4f}   macro-F1 {report['macro_f1']:.4f}"
-                 f"   loss {report['loss']:.4f}   examples {report['examples']}")
+        lines.append(
+            f"{name:<{width}}  {stats['precision']:9.4f}  {stats['recall']:6.4f}"
+            f"  {stats['f1']:5.4f}  {stats['support']:7d}"
+        )
+    lines.append(
+        f"accuracy {report['accuracy']:.4f}   macro-F1 {report['macro_f1']:.4f}"
+        f"   loss {report['loss']:.4f}   examples {report['examples']}"
+    )
     return "\n".join(lines)
 
 
 def _divide(numerator, denominator):
-    return np.divide(numerator, denominator, out=np.zeros_like(numerator, dtype="float64"),
-                     where=denominator > 0)
+    return np.divide(numerator, denominator, out=np.zeros_like(numerator, dtype="float64"), where=denominator > 0)

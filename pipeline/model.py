@@ -75,13 +75,15 @@ def build_pretraining_model(config, sentence_order=False):
     )(last_layer, positions)
     if sentence_order:
         initializer = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
-        pooled = keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=initializer,
-                                    name="sentence_order_pooler")(last_layer[:, 0])  # [CLS]
+        pooled = keras.layers.Dense(
+            config.hidden_size, activation="tanh", kernel_initializer=initializer, name="sentence_order_pooler"
+        )(last_layer[:, 0])  # [CLS]
         logits = keras.layers.Dense(2, kernel_initializer=initializer, name="sentence_order_logits")(pooled)
         order = keras.layers.Softmax(dtype="float32", name="sentence_order")(logits)
         probabilities = {"masked_lm": probabilities, "sentence_order": order}
-    return keras.Model({"token_ids": token_ids, "masked_positions": positions}, probabilities,
-                       name="albert_pretraining")
+    return keras.Model(
+        {"token_ids": token_ids, "masked_positions": positions}, probabilities, name="albert_pretraining"
+    )
 
 
 def _check_sizes(config, fields):
@@ -103,9 +105,7 @@ def _encode(config, token_ids):
     x = embedding(token_ids)  # (batch, length, hidden)
     padding_mask = embedding.compute_mask(token_ids)  # (batch, length)
     x = TimingSignal1D(name="timing_signal")(x)
-    x = LayerNormalization(
-        epsilon=config.layer_norm_epsilon, name="embedding_norm"
-    )(x)
+    x = LayerNormalization(epsilon=config.layer_norm_epsilon, name="embedding_norm")(x)
     x = Dropout(config.dropout_rate, name="embedding_dropout")(x)
     encoder = SharedEncoder(
         num_layers=config.num_layers,
@@ -149,9 +149,7 @@ def model_internals(model, token_ids):
     layer_outputs, attention = model.get_layer("encoder")(
         x, mask=padding_mask, training=False, return_attention_scores=True
     )
-    probabilities = model.get_layer("head")(
-        layer_outputs, mask=padding_mask, training=False
-    )
+    probabilities = model.get_layer("head")(layer_outputs, mask=padding_mask, training=False)
     return {
         "probabilities": probabilities,
         "layer_outputs": layer_outputs,

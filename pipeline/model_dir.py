@@ -35,11 +35,17 @@ def load_config(model_dir):
             saved = json.load(f)
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}: not valid JSON: {error}") from None
-    missing = [f"{section}.{field}" for section, fields in Config().to_dict().items()
-               for field in fields if field not in saved.get(section, {})]
+    missing = [
+        f"{section}.{field}"
+        for section, fields in Config().to_dict().items()
+        for field in fields
+        if field not in saved.get(section, {})
+    ]
     if missing:
-        raise ValueError(f"{path} lacks {', '.join(missing)}: saved by another version of this project; "
-                         "train it again in a new --model-dir")
+        raise ValueError(
+            f"{path} lacks {', '.join(missing)}: saved by another version of this project; "
+            "train it again in a new --model-dir"
+        )
     return Config.from_dict(saved, source=path)
 
 
@@ -66,14 +72,19 @@ def check_resumable(model_dir, config, skip=None):
     if not tf.io.gfile.exists(os.path.join(model_dir, CONFIG_FILE)):
         return None
     saved = load_config(model_dir).to_dict()
-    changed = [f"{section}.{key}: {saved[section][key]!r} -> {value!r}"
-               for section, values in config.to_dict().items()
-               for key, value in values.items()
-               if saved[section][key] != value and key not in CHANGEABLE_ON_RESUME.get(section, ())
-               and key not in (skip or {}).get(section, ())]
+    changed = [
+        f"{section}.{key}: {saved[section][key]!r} -> {value!r}"
+        for section, values in config.to_dict().items()
+        for key, value in values.items()
+        if saved[section][key] != value
+        and key not in CHANGEABLE_ON_RESUME.get(section, ())
+        and key not in (skip or {}).get(section, ())
+    ]
     if changed:
-        raise ValueError(f"{model_dir} holds a run with other settings ({'; '.join(changed)}); "
-                         "use a new --model-dir, or the same settings to resume")
+        raise ValueError(
+            f"{model_dir} holds a run with other settings ({'; '.join(changed)}); "
+            "use a new --model-dir, or the same settings to resume"
+        )
     return saved
 
 
@@ -118,8 +129,7 @@ def kept_epoch(model_dir):
     """The epoch (counted from 1) whose weights a run kept as its best."""
     path = os.path.join(model_dir, BEST_EPOCH)
     if not tf.io.gfile.exists(path):
-        raise ValueError(f"{model_dir}: no {BEST_EPOCH}, so the epoch it kept is unknown (no epoch has "
-                         "finished)")
+        raise ValueError(f"{model_dir}: no {BEST_EPOCH}, so the epoch it kept is unknown (no epoch has finished)")
     with open_text(path) as f:
         return json.load(f)["epoch"]
 
@@ -137,8 +147,7 @@ def restore_model(model_dir, strategy=None, refit=True):
     if config.train.refits and refit:
         final = os.path.join(model_dir, REFIT_DIR, BEST_WEIGHTS)
         if not tf.io.gfile.exists(final):
-            raise ValueError(f"{model_dir}: its refit (train.refit) has not finished; start the run again to "
-                             "finish it")
+            raise ValueError(f"{model_dir}: its refit (train.refit) has not finished; start the run again to finish it")
         model.load_weights(final)
         return model, tokenizer, names
     best = os.path.join(model_dir, BEST_WEIGHTS)

@@ -40,9 +40,14 @@ class Classifier:
         `probabilities` by class name."""
         texts = list(texts)
         probabilities = self(texts) if texts else np.zeros([0, len(self.label_names)], np.float32)
-        return [{"text": text, "label": self.label_names[int(np.argmax(row))],
-                 "probabilities": {name: round(float(p), 6) for name, p in zip(self.label_names, row)}}
-                for text, row in zip(texts, probabilities)]
+        return [
+            {
+                "text": text,
+                "label": self.label_names[int(np.argmax(row))],
+                "probabilities": {name: round(float(p), 6) for name, p in zip(self.label_names, row)},
+            }
+            for text, row in zip(texts, probabilities)
+        ]
 
 
 def load_classifier(path):
@@ -61,11 +66,14 @@ def _lines(paths):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--model", required=True, help="SavedModel, export root of numbered versions, or a "
-                        "training run's directory")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument(
+        "--model", required=True, help="SavedModel, export root of numbered versions, or a training run's directory"
+    )
     parser.add_argument("files", nargs="*", help="text files, one text per line (default: stdin)")
     parser.add_argument("--format", choices=["jsonl", "tsv"], default="jsonl")
     parser.add_argument("--batch-size", type=int, default=256)

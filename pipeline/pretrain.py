@@ -46,18 +46,40 @@ from pipeline.trainer import Trainer, TrainingError, build_optimizer
 # Layers a classifier takes from a pre-trained run, by the names build_model gives them.
 SHARED_LAYERS = ("embedding", "embedding_norm", "encoder")
 # Model fields that must match for those weights to fit.
-SHAPE_FIELDS = ("vocabulary_size", "embedding_size", "hidden_size", "num_heads", "intermediate_size",
-                "num_groups", "norm_first", "hidden_activation", "num_layers", "embedding_unit_scale")
+SHAPE_FIELDS = (
+    "vocabulary_size",
+    "embedding_size",
+    "hidden_size",
+    "num_heads",
+    "intermediate_size",
+    "num_groups",
+    "norm_first",
+    "hidden_activation",
+    "num_layers",
+    "embedding_unit_scale",
+)
 # Fields `pretrain` never reads (the classifier's, and the run's beyond its
 # pre-training; train.epochs is the pre-training's length): configs that
 # differ in these alone pre-train to the same weights (tests/test_pretrain.py
 # checks it), so one finished pre-training serves them all
 # (`finished_pretraining`).
-UNREAD_FIELDS = {"model": ("num_classes", "pooling", "head_shared_kernel"),
-                 "data": ("label_column",),
-                 "train": ("learning_rate", "batch_size", "token_dropout", "best_metric", "keep_best_epoch",
-                           "pretrain_epochs", "members", "refit", "validation_split", "weight_averaging",
-                           "class_weight")}
+UNREAD_FIELDS = {
+    "model": ("num_classes", "pooling", "head_shared_kernel"),
+    "data": ("label_column",),
+    "train": (
+        "learning_rate",
+        "batch_size",
+        "token_dropout",
+        "best_metric",
+        "keep_best_epoch",
+        "pretrain_epochs",
+        "members",
+        "refit",
+        "validation_split",
+        "weight_averaging",
+        "class_weight",
+    ),
+}
 # The masked-token accuracy reported at the end is measured on a fresh
 # masking of about this many training documents (all of them when fewer): a
 # random sample, as each epoch's steps are shuffled. On 27k tweets the whole
@@ -73,14 +95,18 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     configure_runtime(config, tpu)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     tf.io.gfile.makedirs(output)
-    texts = read_examples(text_paths, config.data.text_column, None, config.data.file_format,
-                          config.data.skip_bad_rows).texts
+    texts = read_examples(
+        text_paths, config.data.text_column, None, config.data.file_format, config.data.skip_bad_rows
+    ).texts
     tokenizer = _vocabulary(model_dir, output, vocabulary_from, texts, config)
-    config = override(config, {"model": {"vocabulary_size": len(tokenizer.vocabulary),
-                                         "max_length": tokenizer.max_length}})
+    config = override(
+        config, {"model": {"vocabulary_size": len(tokenizer.vocabulary), "max_length": tokenizer.max_length}}
+    )
     run_dir.check_or_save_config(output, config)
-    print(f"{len(texts)} documents, vocabulary of {len(tokenizer.vocabulary)}, "
-          f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}")
+    print(
+        f"{len(texts)} documents, vocabulary of {len(tokenizer.vocabulary)}, "
+        f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}"
+    )
     report = _finished_report(model_dir)
     if report is not None:  # started again (a killed fine-tuning, a refit, more members): nothing to train
         print(f"The pre-training in {model_dir} is done.")
@@ -91,16 +117,34 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     steps = len(texts) // train_config.batch_size * train_config.epochs
     with strategy.scope():
         model = build_pretraining_model(config.model, config.pretrain.sentence_order)
-        trainer = Trainer(model, build_optimizer(train_config, steps), strategy, train_config, model_dir,
-                          learning_rate_field="pretrain.learning_rate")
+        trainer = Trainer(
+            model,
+            build_optimizer(train_config, steps),
+            strategy,
+            train_config,
+            model_dir,
+            learning_rate_field="pretrain.learning_rate",
+        )
     # Tokenized once; each epoch shuffles and masks anew.
-    make_dataset = functools.partial(masked_lm_dataset, word_ids_of(texts, tokenizer), len(tokenizer.vocabulary),
-                                     tokenizer.max_length, train_config.batch_size, config.pretrain, config.train.seed,
-                                     length_bucket=usable_length_bucket(config, strategy))
+    make_dataset = functools.partial(
+        masked_lm_dataset,
+        word_ids_of(texts, tokenizer),
+        len(tokenizer.vocabulary),
+        tokenizer.max_length,
+        train_config.batch_size,
+        config.pretrain,
+        config.train.seed,
+        length_bucket=usable_length_bucket(config, strategy),
+    )
     losses = trainer.fit(make_dataset, len(texts), config.train.epochs)
     evaluation_steps = max(1, EVALUATION_DOCUMENTS // train_config.batch_size)
-    report = evaluate_masked_lm(model, strategy, lambda input_context: make_dataset(
-        epoch=config.train.epochs, input_context=input_context).take(evaluation_steps))
+    report = evaluate_masked_lm(
+        model,
+        strategy,
+        lambda input_context: make_dataset(epoch=config.train.epochs, input_context=input_context).take(
+            evaluation_steps
+        ),
+    )
     report["loss_by_epoch"] = losses
     with atomic_write(os.path.join(output, PRETRAIN_METRICS_FILE)) as f:  # last: the mark of a finished run
         json.dump(report, f, indent=2)
@@ -112,8 +156,12 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
 def masked_lm_train_config(config):
     """The `TrainConfig` masked-LM trains with: `train`'s, with the peak rate
     and batch size of `pretrain` and no weight averaging (the classifier's)."""
-    return dataclasses.replace(config.train, learning_rate=config.pretrain.learning_rate,
-                               batch_size=config.pretrain.batch_size, weight_averaging=0.0)
+    return dataclasses.replace(
+        config.train,
+        learning_rate=config.pretrain.learning_rate,
+        batch_size=config.pretrain.batch_size,
+        weight_averaging=0.0,
+    )
 
 
 def finished_pretraining(config, vocabulary, directories):
@@ -129,9 +177,11 @@ def finished_pretraining(config, vocabulary, directories):
     """
     wanted = _pretraining_settings(with_pretrain_epochs(config).to_dict())
     for directory in directories:
-        if (_finished_report(directory) is not None
-                and _pretraining_settings(run_dir.load_config(directory).to_dict()) == wanted
-                and _same_vocabulary(directory, vocabulary)):
+        if (
+            _finished_report(directory) is not None
+            and _pretraining_settings(run_dir.load_config(directory).to_dict()) == wanted
+            and _same_vocabulary(directory, vocabulary)
+        ):
             return directory
     return None
 
@@ -143,10 +193,14 @@ def _same_vocabulary(directory, vocabulary):
 def _pretraining_settings(settings):
     # What the pre-training's weights depend on: neither the fields it never
     # reads nor those of its host loop.
-    ignored = {section: set(UNREAD_FIELDS.get(section, ())) | run_dir.HOST_LOOP_FIELDS.get(section, set())
-               for section in settings}
-    return {section: {key: value for key, value in values.items() if key not in ignored[section]}
-            for section, values in settings.items()}
+    ignored = {
+        section: set(UNREAD_FIELDS.get(section, ())) | run_dir.HOST_LOOP_FIELDS.get(section, set())
+        for section in settings
+    }
+    return {
+        section: {key: value for key, value in values.items() if key not in ignored[section]}
+        for section, values in settings.items()
+    }
 
 
 def _finished_report(model_dir):
@@ -163,11 +217,15 @@ def _finished_report(model_dir):
 
 
 def _print_report(report):
-    print(f"masked-token accuracy {report['masked_accuracy']:.4f} (always the most frequent "
-          f"token: {report['most_frequent_token_accuracy']:.4f}) on {report['predictions']} predictions")
+    print(
+        f"masked-token accuracy {report['masked_accuracy']:.4f} (always the most frequent "
+        f"token: {report['most_frequent_token_accuracy']:.4f}) on {report['predictions']} predictions"
+    )
     if "sentence_order_accuracy" in report:
-        print(f"sentence-order accuracy {report['sentence_order_accuracy']:.4f} on "
-              f"{report['sentence_order_examples']} documents (chance: 0.5)")
+        print(
+            f"sentence-order accuracy {report['sentence_order_accuracy']:.4f} on "
+            f"{report['sentence_order_examples']} documents (chance: 0.5)"
+        )
 
 
 def evaluate_masked_lm(model, strategy, make_dataset):
@@ -182,7 +240,9 @@ def evaluate_masked_lm(model, strategy, make_dataset):
     # traces, one with unknown dimensions serves them all.
     predict = tf.function(
         lambda features: strategy.run(lambda inputs: model(inputs, training=False), args=(features,)),
-        reduce_retracing=True, autograph=False)
+        reduce_retracing=True,
+        autograph=False,
+    )
     for features, targets, weights in distribute(strategy, make_dataset):
         probabilities, targets, weights = _host_rows(strategy, (predict(features), targets, weights))
         if isinstance(probabilities, dict):
@@ -197,8 +257,11 @@ def evaluate_masked_lm(model, strategy, make_dataset):
         targets_seen.append(targets[real])
     targets_seen = np.concatenate(targets_seen)
     most_frequent = np.bincount(targets_seen).max()
-    report = {"predictions": int(len(targets_seen)), "masked_accuracy": correct / len(targets_seen),
-              "most_frequent_token_accuracy": float(most_frequent / len(targets_seen))}
+    report = {
+        "predictions": int(len(targets_seen)),
+        "masked_accuracy": correct / len(targets_seen),
+        "most_frequent_token_accuracy": float(most_frequent / len(targets_seen)),
+    }
     if order_seen:
         report.update(sentence_order_accuracy=order_correct / order_seen, sentence_order_examples=order_seen)
     return report
@@ -208,8 +271,8 @@ def _host_rows(strategy, values):
     # NumPy rows of this host's replicas, in replica order, of a nest of
     # per-replica values.
     return tf.nest.map_structure(
-        lambda value: np.concatenate([part.numpy() for part in strategy.experimental_local_results(value)]),
-        values)
+        lambda value: np.concatenate([part.numpy() for part in strategy.experimental_local_results(value)]), values
+    )
 
 
 def initialize_from(model, pretrain_dir, model_config, vocabulary):
@@ -219,12 +282,17 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
     nothing is loaded partially.
     """
     if not _same_vocabulary(pretrain_dir, vocabulary):
-        raise ValueError(f"--init-from {pretrain_dir}: its vocabulary differs from this run's "
-                         "(a run directory keeps the vocabulary it started with; use a new --model-dir)")
+        raise ValueError(
+            f"--init-from {pretrain_dir}: its vocabulary differs from this run's "
+            "(a run directory keeps the vocabulary it started with; use a new --model-dir)"
+        )
     pretrained = run_dir.load_config(pretrain_dir)
     pretrained_config = pretrained.model
-    mismatched = [f"{field}: pre-trained {getattr(pretrained_config, field)!r}, here {getattr(model_config, field)!r}"
-                  for field in SHAPE_FIELDS if getattr(pretrained_config, field) != getattr(model_config, field)]
+    mismatched = [
+        f"{field}: pre-trained {getattr(pretrained_config, field)!r}, here {getattr(model_config, field)!r}"
+        for field in SHAPE_FIELDS
+        if getattr(pretrained_config, field) != getattr(model_config, field)
+    ]
     if mismatched:
         raise ValueError(f"--init-from {pretrain_dir} does not fit this model ({'; '.join(mismatched)})")
     latest = tf.train.latest_checkpoint(os.path.join(pretrain_dir, CHECKPOINT_DIR))
@@ -251,8 +319,10 @@ def with_pretrain_epochs(config, epochs=None):
             raise ValueError("train.pretrain_epochs is 0 (no pre-training) in this config: give --epochs")
     if epochs < 1:
         raise ValueError(f"masked-LM epochs must be 1 or more, got {epochs}")
-    return override(config, {"train": {"epochs": epochs, "refit": False, "members": 1, "validation_split": 0.0,
-                                       "weight_averaging": 0.0}})
+    return override(
+        config,
+        {"train": {"epochs": epochs, "refit": False, "members": 1, "validation_split": 0.0, "weight_averaging": 0.0}},
+    )
 
 
 def _vocabulary(model_dir, output, vocabulary_from, texts, config):
@@ -267,35 +337,55 @@ def _vocabulary(model_dir, output, vocabulary_from, texts, config):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--text", required=True, help="text files: path, glob or comma-separated list "
-                        "(.txt one document per line, or CSV/TSV/JSONL/TFRecord with --text-column)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument(
+        "--text",
+        required=True,
+        help="text files: path, glob or comma-separated list "
+        "(.txt one document per line, or CSV/TSV/JSONL/TFRecord with --text-column)",
+    )
     parser.add_argument("--model-dir", required=True, help="where the run's files go (resumes if present)")
     parser.add_argument("--vocabulary-from", help="a run directory whose vocabulary to use instead of learning one")
     parser.add_argument("--config", help="JSON file overriding config fields (see pipeline/config.py)")
     parser.add_argument("--tpu", nargs="?", const="local", help="pre-train on a TPU, as pipeline.train")
     parser.add_argument("--text-column", help="column or field holding the text (default text)")
-    parser.add_argument("--epochs", type=int,
-                        help=f"masked-LM epochs (default train.pretrain_epochs, {Config().train.pretrain_epochs}, "
-                             "as pipeline.train's own pre-training)")
-    parser.add_argument("--batch-size", type=int, help="sequences per masked-LM step, pretrain.batch_size "
-                        f"(default {Config().pretrain.batch_size})")
-    parser.add_argument("--learning-rate", type=float,
-                        help="peak masked-LM learning rate, pretrain.learning_rate "
-                        f"(default {Config().pretrain.learning_rate})")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        help=f"masked-LM epochs (default train.pretrain_epochs, {Config().train.pretrain_epochs}, "
+        "as pipeline.train's own pre-training)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        help=f"sequences per masked-LM step, pretrain.batch_size (default {Config().pretrain.batch_size})",
+    )
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        help=f"peak masked-LM learning rate, pretrain.learning_rate (default {Config().pretrain.learning_rate})",
+    )
     parser.add_argument("--max-length", type=int)
     parser.add_argument("--max-predictions", type=int, help="predicted positions per sequence (default 20)")
     parser.add_argument("--whole-word-masking", action="store_true", help="mask all pieces of a word together")
-    parser.add_argument("--sentence-order", action="store_true",
-                        help="also predict whether a document's two halves were swapped (ALBERT's SOP)")
+    parser.add_argument(
+        "--sentence-order",
+        action="store_true",
+        help="also predict whether a document's two halves were swapped (ALBERT's SOP)",
+    )
     args = parser.parse_args(argv)
     values = {"data": {}, "train": {}, "model": {}, "pretrain": {}}
-    for flag, section, field in [("text_column", "data", "text_column"),
-                                 ("batch_size", "pretrain", "batch_size"), ("max_length", "model", "max_length"),
-                                 ("learning_rate", "pretrain", "learning_rate"),
-                                 ("max_predictions", "pretrain", "max_predictions")]:
+    for flag, section, field in [
+        ("text_column", "data", "text_column"),
+        ("batch_size", "pretrain", "batch_size"),
+        ("max_length", "model", "max_length"),
+        ("learning_rate", "pretrain", "learning_rate"),
+        ("max_predictions", "pretrain", "max_predictions"),
+    ]:
         if getattr(args, flag) is not None:
             values[section][field] = getattr(args, flag)
     for flag in ("whole_word_masking", "sentence_order"):
@@ -304,8 +394,14 @@ def main(argv=None):
     try:
         strategy = resolve_strategy(args.tpu)
         config = run_config(args.config, values, strategy, args.tpu)
-        pretrain(with_pretrain_epochs(config, args.epochs), args.model_dir, args.text, args.vocabulary_from, args.tpu,
-                 strategy)
+        pretrain(
+            with_pretrain_epochs(config, args.epochs),
+            args.model_dir,
+            args.text,
+            args.vocabulary_from,
+            args.tpu,
+            strategy,
+        )
     except (DataError, TPUUnavailableError, TrainingError, ValueError) as error:
         sys.exit(f"error: {error}")
 

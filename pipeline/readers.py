@@ -18,8 +18,15 @@ import tensorflow as tf
 
 from pipeline.files import open_text
 
-FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
-           ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".txt": "text"}
+FORMATS = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".tfrecord": "tfrecord",
+    ".tfrecords": "tfrecord",
+    ".txt": "text",
+}
 RECORD_BATCH = 4096
 
 
@@ -65,8 +72,7 @@ def file_format(path, requested="auto"):
     return FORMATS[extension]
 
 
-def read_examples(paths, text_column="text", label_column="label",
-                  requested_format="auto", skip_bad_rows=False):
+def read_examples(paths, text_column="text", label_column="label", requested_format="auto", skip_bad_rows=False):
     """Reads every example of `paths` into memory, validated.
 
     With `label_column=None` labels are not read (pre-training text); plain
@@ -110,7 +116,8 @@ def _check(text, label, text_column, label_column):
     if not isinstance(text, str) or not text.strip():
         return f"missing or empty text: {text_column}={text!r}"
     if label_column is not None and (
-            isinstance(label, bool) or not isinstance(label, (str, int)) or str(label).strip() == ""):
+        isinstance(label, bool) or not isinstance(label, (str, int)) or str(label).strip() == ""
+    ):
         return f"missing or invalid label: {label_column}={label!r}"
     fields = ((text_column, text),) if label_column is None else ((text_column, text), (label_column, str(label)))
     for name, value in fields:
@@ -133,8 +140,7 @@ def _delimited_rows(path, text_column, label_column, delimiter):
             if None in row or None in row.values():
                 fields = len(row) - (None in row) + len(row.get(None) or [])
                 values = [v for k, v in row.items() if k is not None and v is not None]
-                yield source, None, None, (
-                    f"wrong field count: {fields} fields, header has {len(header)}: {values!r}")
+                yield source, None, None, (f"wrong field count: {fields} fields, header has {len(header)}: {values!r}")
                 continue
             yield source, row[text_column], row.get(label_column), None
 
@@ -198,8 +204,10 @@ def _damaged(path, error):
     except tf.errors.DataLossError:
         pass
     where = re.search(r"(\w+) record at (\d+)", error.message)
-    return (f"{path}:record {readable}: damaged TFRecord file, unreadable from this record on"
-            f" ({f'{where[1]} record at byte {where[2]}' if where else error.message})")
+    return (
+        f"{path}:record {readable}: damaged TFRecord file, unreadable from this record on"
+        f" ({f'{where[1]} record at byte {where[2]}' if where else error.message})"
+    )
 
 
 def _feature_value(features, name):
@@ -222,5 +230,10 @@ def _text_rows(path, text_column, label_column):
                 yield f"{path}:{number}", line.rstrip("\n"), None, None
 
 
-_ROW_READERS = {"text": _text_rows, "csv": _csv_rows, "tsv": _tsv_rows, "jsonl": _jsonl_rows,
-                "tfrecord": _tfrecord_rows}
+_ROW_READERS = {
+    "text": _text_rows,
+    "csv": _csv_rows,
+    "tsv": _tsv_rows,
+    "jsonl": _jsonl_rows,
+    "tfrecord": _tfrecord_rows,
+}

@@ -54,17 +54,25 @@ def tpu_defaults(replicas):
     sized for a TPU, static shapes (no length buckets), bfloat16, and the
     layers as plain Keras (no CPU fast path)."""
     return {
-        "train": {"batch_size": TPU_BATCH_PER_REPLICA * replicas, "steps_per_execution": TPU_STEPS_PER_EXECUTION,
-                  "checkpoint_every": TPU_CHECKPOINT_EVERY, "length_bucket": 0, "precision": "mixed_bfloat16",
-                  "cpu_fast_path": False},
+        "train": {
+            "batch_size": TPU_BATCH_PER_REPLICA * replicas,
+            "steps_per_execution": TPU_STEPS_PER_EXECUTION,
+            "checkpoint_every": TPU_CHECKPOINT_EVERY,
+            "length_bucket": 0,
+            "precision": "mixed_bfloat16",
+            "cpu_fast_path": False,
+        },
         "pretrain": {"batch_size": TPU_PRETRAIN_BATCH_PER_REPLICA * replicas},
     }
 
 
 def describe_tpu_defaults(replicas):
     """One line saying what `tpu_defaults(replicas)` sets."""
-    fields = [f"{section}.{field} {value}" for section, values in tpu_defaults(replicas).items()
-              for field, value in values.items()]
+    fields = [
+        f"{section}.{field} {value}"
+        for section, values in tpu_defaults(replicas).items()
+        for field, value in values.items()
+    ]
     return f"TPU defaults for {replicas} replica(s) (--config and flags override them): " + ", ".join(fields)
 
 
@@ -90,8 +98,10 @@ def check_batch_sizes(strategy, batch_sizes):
     replicas = strategy.num_replicas_in_sync
     for field, size in batch_sizes.items():
         if size % replicas:
-            raise ValueError(f"{field} {size} does not divide evenly among the {replicas} replicas of "
-                             f"{type(strategy).__name__}: make it a multiple of {replicas}")
+            raise ValueError(
+                f"{field} {size} does not divide evenly among the {replicas} replicas of "
+                f"{type(strategy).__name__}: make it a multiple of {replicas}"
+            )
 
 
 def output_dir(model_dir, strategy):

@@ -42,7 +42,8 @@ def one_word(token_id, rows):
     """`token_id` as a one-piece word in each of `rows` rows: `(rows, (1), (1))` int32."""
     ones = tf.ones([rows], tf.int64)
     return tf.RaggedTensor.from_row_lengths(
-        tf.RaggedTensor.from_row_lengths(tf.fill([rows], tf.constant(token_id, tf.int32)), ones), ones)
+        tf.RaggedTensor.from_row_lengths(tf.fill([rows], tf.constant(token_id, tf.int32)), ones), ones
+    )
 
 
 def first_words(word_ids, pieces):
@@ -69,8 +70,9 @@ def wordpiece_vocabulary(counts, vocabulary_size, min_count, learn=wordpiece_lea
     `learn`: the learner (tensorflow-text's `wordpiece_tokenizer_learner_lib.learn`
     takes the same arguments and returns the same vocabulary, more slowly).
     """
-    learned = learn(counts, vocabulary_size, list(RESERVED_TOKENS),
-                    lower_thresh=max(1, min_count), max_unique_chars=vocabulary_size)
+    learned = learn(
+        counts, vocabulary_size, list(RESERVED_TOKENS), lower_thresh=max(1, min_count), max_unique_chars=vocabulary_size
+    )
     return list(RESERVED_TOKENS) + [t for t in learned if t not in RESERVED_TOKENS]
 
 
@@ -82,28 +84,37 @@ class Tokenizer(tf.Module):
     directory with `Tokenizer.load`.
     """
 
-    def __init__(self, vocabulary, kind=_DEFAULTS.tokenizer, max_length=128,
-                 lower_case=_DEFAULTS.lower_case, normalization_form=_DEFAULTS.normalization_form):
+    def __init__(
+        self,
+        vocabulary,
+        kind=_DEFAULTS.tokenizer,
+        max_length=128,
+        lower_case=_DEFAULTS.lower_case,
+        normalization_form=_DEFAULTS.normalization_form,
+    ):
         super().__init__(name="tokenizer")
         if kind not in KINDS:
             raise ValueError(f"tokenizer must be one of {KINDS}, got {kind!r}")
         if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(f"vocabulary must start with {RESERVED_TOKENS}")
         self.vocabulary = list(vocabulary)
-        self.settings = {"kind": kind, "max_length": int(max_length),
-                         "lower_case": bool(lower_case),
-                         "normalization_form": normalization_form or ""}
+        self.settings = {
+            "kind": kind,
+            "max_length": int(max_length),
+            "lower_case": bool(lower_case),
+            "normalization_form": normalization_form or "",
+        }
         self._words = BasicTokenizer(lower_case=False)
         self._tokens = tf.constant(self.vocabulary)
         if kind == "wordpiece":
             self._wordpiece = tf_text.FastWordpieceTokenizer(
-                self.vocabulary, token_out_type=tf.int32,
-                no_pretokenization=True, unknown_token="[UNK]")
+                self.vocabulary, token_out_type=tf.int32, no_pretokenization=True, unknown_token="[UNK]"
+            )
         else:
             self._table = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(
-                    self._tokens, tf.range(len(self.vocabulary), dtype=tf.int32)),
-                default_value=UNK_ID)
+                tf.lookup.KeyValueTensorInitializer(self._tokens, tf.range(len(self.vocabulary), dtype=tf.int32)),
+                default_value=UNK_ID,
+            )
 
     @property
     def max_length(self):
@@ -111,8 +122,7 @@ class Tokenizer(tf.Module):
 
     def words(self, texts):
         """Pre-tokenized words of a `[batch]` string tensor, ragged."""
-        texts = tf.strings.unicode_transcode(
-            texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+        texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
         if self.settings["normalization_form"]:
             texts = tf_text.normalize_utf8(texts, self.settings["normalization_form"])
         if self.settings["lower_case"]:
@@ -152,8 +162,9 @@ class Tokenizer(tf.Module):
         key = tuple(sorted(self.settings.items()))
         if key not in by_settings:
             tokenizer = weakref.ref(self)  # the cache must not keep its key alive
-            by_settings[key] = tf.function(lambda texts: tokenizer()(texts), autograph=False,
-                                           input_signature=[tf.TensorSpec([None], tf.string)])
+            by_settings[key] = tf.function(
+                lambda texts: tokenizer()(texts), autograph=False, input_signature=[tf.TensorSpec([None], tf.string)]
+            )
         return by_settings[key]
 
     def tokens(self, ids):
@@ -161,9 +172,16 @@ class Tokenizer(tf.Module):
         return tf.gather(self._tokens, ids)
 
     @classmethod
-    def learn(cls, texts, kind=_DEFAULTS.tokenizer, vocabulary_size=_DEFAULTS.vocabulary_size,
-              min_count=_DEFAULTS.min_count, max_length=128, lower_case=_DEFAULTS.lower_case,
-              normalization_form=_DEFAULTS.normalization_form):
+    def learn(
+        cls,
+        texts,
+        kind=_DEFAULTS.tokenizer,
+        vocabulary_size=_DEFAULTS.vocabulary_size,
+        min_count=_DEFAULTS.min_count,
+        max_length=128,
+        lower_case=_DEFAULTS.lower_case,
+        normalization_form=_DEFAULTS.normalization_form,
+    ):
         """Learns a vocabulary from training `texts` (a list of strings).
 
         Word vocabulary: words seen at least `min_count` times, most frequent
@@ -175,8 +193,7 @@ class Tokenizer(tf.Module):
         """
         counts = count_words(texts, lower_case, normalization_form)
         if kind == "word":
-            frequent = sorted((w for w, c in counts.items() if c >= min_count),
-                              key=lambda w: (-counts[w], w))
+            frequent = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
             vocabulary = list(RESERVED_TOKENS) + frequent[: vocabulary_size - len(RESERVED_TOKENS)]
         else:
             vocabulary = wordpiece_vocabulary(counts, vocabulary_size, min_count)

@@ -110,8 +110,17 @@ class Classifier:
     report: dict
 
 
-def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu=None,
-                       strategy=None, export=True, init_from=None, vocabulary_from=None):
+def train_and_evaluate(
+    config,
+    model_dir,
+    train_paths=None,
+    eval_paths=None,
+    tpu=None,
+    strategy=None,
+    export=True,
+    init_from=None,
+    vocabulary_from=None,
+):
     """Trains `config` on the files given (the demo corpus without any).
 
     The run's stages, each resumed or found done when the run is started
@@ -130,9 +139,11 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     `metrics.json`).
     """
     if config.train.pretrain_epochs and init_from:
-        raise ValueError(f"--init-from starts from {init_from}'s pre-training, but train.pretrain_epochs is "
-                         f"{config.train.pretrain_epochs}: add --pretrain-epochs 0, or leave out --init-from "
-                         "to pre-train on the training texts")
+        raise ValueError(
+            f"--init-from starts from {init_from}'s pre-training, but train.pretrain_epochs is "
+            f"{config.train.pretrain_epochs}: add --pretrain-epochs 0, or leave out --init-from "
+            "to pre-train on the training texts"
+        )
     if init_from and vocabulary_from:
         raise ValueError("--init-from brings its own vocabulary; leave out --vocabulary-from")
     strategy = strategy or resolve_strategy(tpu)
@@ -146,8 +157,9 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     fit_data, held_out, whole = read_training_files(config, train_paths)
     if config.train.pretrain_epochs:
         init_from = pretrain_on_training_texts(config, model_dir, fit_data, vocabulary_from, tpu, strategy)
-    data = prepare_data(config, model_dir, fit_data, eval_paths, held_out, whole, strategy,
-                        vocabulary_from=init_from or vocabulary_from)
+    data = prepare_data(
+        config, model_dir, fit_data, eval_paths, held_out, whole, strategy, vocabulary_from=init_from or vocabulary_from
+    )
     _print_start(data, strategy, configure_runtime(data.config, tpu))
     classifiers = [train_classifier(data, model_dir, tpu, strategy, init_from)]
     for member in range(2, config.train.members + 1):
@@ -157,8 +169,9 @@ def train_and_evaluate(config, model_dir, train_paths=None, eval_paths=None, tpu
     _write_report(report, output)
     _print_report(report, data, members=len(classifiers))
     if export:
-        path = export_saved_model([c.exported for c in classifiers], data.tokenizer, data.names,
-                                  os.path.join(output, EXPORT_DIR))
+        path = export_saved_model(
+            [c.exported for c in classifiers], data.tokenizer, data.names, os.path.join(output, EXPORT_DIR)
+        )
         if output == model_dir:  # not a worker folder, removed at the end
             print("Exported", path)
     finish_run(model_dir, strategy)
@@ -188,8 +201,9 @@ def train_classifier(data, model_dir, tpu, strategy, init_from=None):
     report = fit_and_evaluate(model, config, strategy, data.train, data.validation, data.names, model_dir)
     exported = model
     if config.train.refits:
-        exported, report["refit"] = refit(config, model_dir, data.refit_split(), data.names, tpu, strategy,
-                                          init_from, data.tokenizer.vocabulary)
+        exported, report["refit"] = refit(
+            config, model_dir, data.refit_split(), data.names, tpu, strategy, init_from, data.tokenizer.vocabulary
+        )
     if data.held_out:  # the held-out examples chose the epoch; the evaluation files score what is exported
         report = scored_on(report, [exported], data, strategy)
     return Classifier(model, exported, report)
@@ -203,8 +217,9 @@ def train_member(data, model_dir, member, tpu, strategy, init_from):
     hand. The member's directory is a run of its own (config, vocabulary,
     `metrics.json`), so that it resumes, or is found done, like one."""
     directory = os.path.join(model_dir, MEMBERS_DIR, str(member))
-    config = override(data.config, {"train": {"seed": data.config.train.seed + member - 1, "members": 1,
-                                              "pretrain_epochs": 0}})
+    config = override(
+        data.config, {"train": {"seed": data.config.train.seed + member - 1, "members": 1, "pretrain_epochs": 0}}
+    )
     print(f"Member {member} of {data.config.train.members} (seed {config.train.seed}) in {directory}")
     output = output_dir(directory, strategy)
     tf.io.gfile.makedirs(output)
@@ -224,16 +239,21 @@ def ensemble(classifiers, data, model_dir, strategy):
     models' on the evaluation files; each member's scores under `members`."""
     first = classifiers[0].report
     directories = [model_dir] + [os.path.join(model_dir, MEMBERS_DIR, str(n)) for n in range(2, len(classifiers) + 1)]
-    scores = [_member_scores(directory, data.config.train.seed + index, classifier.report)
-              for index, (directory, classifier) in enumerate(zip(directories, classifiers))]
-    report = ensemble_report([c.kept for c in classifiers], data.validation, data.names, strategy,
-                             data.config.train.batch_size)
-    report.update(skipped_rows=first["skipped_rows"], train_loss_by_epoch=first["train_loss_by_epoch"],
-                  members=scores)
+    scores = [
+        _member_scores(directory, data.config.train.seed + index, classifier.report)
+        for index, (directory, classifier) in enumerate(zip(directories, classifiers))
+    ]
+    report = ensemble_report(
+        [c.kept for c in classifiers], data.validation, data.names, strategy, data.config.train.batch_size
+    )
+    report.update(skipped_rows=first["skipped_rows"], train_loss_by_epoch=first["train_loss_by_epoch"], members=scores)
     if "refit" in first:
         report["refit"] = first["refit"]
-    print("\n".join(f"member {index} (seed {score['seed']}): {_scores_line(score)}"
-                    for index, score in enumerate(scores, 1)))
+    print(
+        "\n".join(
+            f"member {index} (seed {score['seed']}): {_scores_line(score)}" for index, score in enumerate(scores, 1)
+        )
+    )
     print(f"The ensemble of {len(classifiers)} members:")
     if data.held_out:
         report = scored_on(report, [c.exported for c in classifiers], data, strategy)
@@ -247,8 +267,12 @@ def scored_on(report, models, data, strategy):
     scores = ensemble_report(models, data.evaluation, data.names, strategy, data.config.train.batch_size)
     validation = {key: report[key] for key in ("accuracy", "macro_f1", "loss", "examples")}
     rest = {key: value for key, value in report.items() if key not in scores and key != "validation"}
-    return {**scores, **rest, "validation": validation,
-            "skipped_rows": {**report["skipped_rows"], "eval": data.evaluation.skipped}}
+    return {
+        **scores,
+        **rest,
+        "validation": validation,
+        "skipped_rows": {**report["skipped_rows"], "eval": data.evaluation.skipped},
+    }
 
 
 def ensemble_report(models, split, names, strategy, batch_size):
@@ -269,8 +293,7 @@ def _scores_line(score):
 
 
 def _member_scores(directory, seed, report):
-    scores = {"model_dir": directory, "seed": seed,
-              **{key: report[key] for key in ("accuracy", "macro_f1", "loss")}}
+    scores = {"model_dir": directory, "seed": seed, **{key: report[key] for key in ("accuracy", "macro_f1", "loss")}}
     if "validation" in report:
         scores["validation"] = {key: report["validation"][key] for key in ("accuracy", "macro_f1", "loss")}
     if "refit" in report:
@@ -287,29 +310,37 @@ def _print_start(data, strategy, precision):
     config, train = data.config, data.train
     filled = int((train.ids[:, -1] != 0).sum())  # truncated, or exactly max_length long
     held = f"{len(data.validation)} validation (held out of the training files) and " if data.held_out else ""
-    print(f"{len(train)} training, {held}{len(data.evaluation)} evaluation examples, "
-          f"{len(data.names)} classes, vocabulary of {len(data.tokenizer.vocabulary)}, max length "
-          f"{config.model.max_length} ({filled} training examples fill it and may be truncated), "
-          f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}, "
-          f"batches of {config.train.batch_size}, {config.train.steps_per_execution} steps per host round trip, "
-          f"a checkpoint every {config.train.checkpoint_every} steps"
-          f"{'' if fast_path.enabled() else ', plain Keras layers'}"
-          f"{', XLA-compiled steps' if config.train.jit_compile else ''}")
+    print(
+        f"{len(train)} training, {held}{len(data.evaluation)} evaluation examples, "
+        f"{len(data.names)} classes, vocabulary of {len(data.tokenizer.vocabulary)}, max length "
+        f"{config.model.max_length} ({filled} training examples fill it and may be truncated), "
+        f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}, "
+        f"batches of {config.train.batch_size}, {config.train.steps_per_execution} steps per host round trip, "
+        f"a checkpoint every {config.train.checkpoint_every} steps"
+        f"{'' if fast_path.enabled() else ', plain Keras layers'}"
+        f"{', XLA-compiled steps' if config.train.jit_compile else ''}"
+    )
 
 
 def _print_report(report, data, members):
     if data.held_out:
-        print(f"validation (the kept epoch{'s' if members > 1 else ''}, on the held-out training examples): "
-              + scores_line(report["validation"]))
-        print("On the evaluation files, the exported model"
-              f"{' (the refit, trained on all the training files)' if data.config.train.refits else ''}:")
+        print(
+            f"validation (the kept epoch{'s' if members > 1 else ''}, on the held-out training examples): "
+            + scores_line(report["validation"])
+        )
+        print(
+            "On the evaluation files, the exported model"
+            f"{' (the refit, trained on all the training files)' if data.config.train.refits else ''}:"
+        )
     print(format_report(report))
     if warning := one_class_warning(report):
         print(warning)
     _print_skipped(report["skipped_rows"])
     if data.config.train.refits and not data.held_out:
-        print("These scores are of the epoch kept on the evaluation files; the refit, trained on them too, is "
-              "what the export serves.")
+        print(
+            "These scores are of the epoch kept on the evaluation files; the refit, trained on them too, is "
+            "what the export serves."
+        )
 
 
 def refit(config, model_dir, data, names, tpu, strategy, init_from=None, vocabulary=None):
@@ -328,15 +359,23 @@ def refit(config, model_dir, data, names, tpu, strategy, init_from=None, vocabul
     epochs = run_dir.kept_epoch(output_dir(model_dir, strategy))
     directory = os.path.join(model_dir, REFIT_DIR)
     configure_runtime(config, tpu)  # the run's seeds again: from scratch, its initialization
-    print(f"Refit: {epochs} of {config.train.epochs} epoch(s) on {len(data)} training and validation "
-          f"examples in {directory}")
+    print(
+        f"Refit: {epochs} of {config.train.epochs} epoch(s) on {len(data)} training and validation "
+        f"examples in {directory}"
+    )
     with strategy.scope():
         model = build_model(config.model)
         if init_from:  # a resumed refit's checkpoint then overrides these
             initialize_from(model, init_from, config.model, vocabulary)
         steps = len(data) // config.train.batch_size * config.train.epochs
-        trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, directory,
-                          class_weights=_class_weights(config, data, names))
+        trainer = Trainer(
+            model,
+            build_optimizer(config.train, steps),
+            strategy,
+            config.train,
+            directory,
+            class_weights=_class_weights(config, data, names),
+        )
     losses = trainer.fit(_training_batches(config, strategy, data), len(data), epochs)
     model.save_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
     finish_run(directory, strategy)
@@ -360,13 +399,18 @@ def pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, 
     Sweep trials call it too. `tpu` as `configure_runtime` takes it: the
     pre-training sets the precision policy again, `auto` by the device."""
     directory = os.path.join(model_dir, PRETRAIN_DIR)
-    pretrain(with_pretrain_epochs(config), directory, train_paths, vocabulary_from=vocabulary_from, tpu=tpu,
-             strategy=strategy)
+    pretrain(
+        with_pretrain_epochs(config),
+        directory,
+        train_paths,
+        vocabulary_from=vocabulary_from,
+        tpu=tpu,
+        strategy=strategy,
+    )
     return directory
 
 
-def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None, strategy=None,
-                 vocabulary_from=None):
+def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None, strategy=None, vocabulary_from=None):
     """Learns (or reloads) the vocabulary, tokenizes the splits and fixes the
     config: `train` as `read_training_files` gives it (files, or the kept
     `Examples` with the `held_out` and `whole` ones).
@@ -385,9 +429,15 @@ def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None
     train = load_split(train_examples, config.data, tokenizer, names)
     evaluation = load_split(eval_paths, config.data, tokenizer, names)
     validation = evaluation if held_out is None else load_split(held_out, config.data, tokenizer, names)
-    config = dataclasses.replace(config, model=dataclasses.replace(
-        config.model, vocabulary_size=len(tokenizer.vocabulary), num_classes=len(names),
-        max_length=tokenizer.max_length))
+    config = dataclasses.replace(
+        config,
+        model=dataclasses.replace(
+            config.model,
+            vocabulary_size=len(tokenizer.vocabulary),
+            num_classes=len(names),
+            max_length=tokenizer.max_length,
+        ),
+    )
     run_dir.check_or_save_config(output, config)
     return PreparedData(config, names, tokenizer, train, validation, evaluation, held_out is not None, whole)
 
@@ -402,8 +452,14 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
     epochs = epochs or config.train.epochs
     steps = len(train) // config.train.batch_size * epochs
     with strategy.scope():
-        trainer = Trainer(model, build_optimizer(config.train, steps), strategy, config.train, model_dir,
-                          class_weights=_class_weights(config, train, names))
+        trainer = Trainer(
+            model,
+            build_optimizer(config.train, steps),
+            strategy,
+            config.train,
+            model_dir,
+            class_weights=_class_weights(config, train, names),
+        )
     eval_writer = tf.summary.create_file_writer(os.path.join(trainer.output_dir, LOGS_DIR, "eval"))
 
     def on_epoch_end(epoch):
@@ -427,16 +483,23 @@ def _class_weights(config, split, names):
     # `train.class_weight` for `split`'s labels, said when there are any.
     weights = class_weights(config.train.class_weight, split.labels, names)
     if weights is not None:
-        print(f"class weights ({config.train.class_weight}): "
-              + ", ".join(f"{name} {weight:.3g}" for name, weight in zip(names, weights)))
+        print(
+            f"class weights ({config.train.class_weight}): "
+            + ", ".join(f"{name} {weight:.3g}" for name, weight in zip(names, weights))
+        )
     return weights
 
 
 def _training_batches(config, strategy, split):
     # `make_dataset` of `Trainer.fit`: one epoch of `split`'s training batches.
-    return functools.partial(train_dataset, split, config.train.batch_size, config.train.seed,
-                             length_bucket=usable_length_bucket(config, strategy),
-                             token_dropout=config.train.token_dropout)
+    return functools.partial(
+        train_dataset,
+        split,
+        config.train.batch_size,
+        config.train.seed,
+        length_bucket=usable_length_bucket(config, strategy),
+        token_dropout=config.train.token_dropout,
+    )
 
 
 def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None):
@@ -446,8 +509,9 @@ def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None)
     if run_dir.has_vocabulary(model_dir):
         return load_label_names(model_dir), Tokenizer.load(model_dir)
     if vocabulary_from and not tf.io.gfile.exists(os.path.join(vocabulary_from, VOCABULARY_FILE)):
-        raise ValueError(f"{vocabulary_from}: no {VOCABULARY_FILE}; not a pipeline.train or pipeline.pretrain "
-                         "directory")
+        raise ValueError(
+            f"{vocabulary_from}: no {VOCABULARY_FILE}; not a pipeline.train or pipeline.pretrain directory"
+        )
     reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
     names, tokenizer = learn_vocabulary(train_examples, config.data, config.model.max_length, reuse)
     run_dir.save_vocabulary(output, tokenizer, names)
@@ -466,28 +530,51 @@ def _print_skipped(skipped):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--train", help="training files: path, glob, or comma-separated list "
-                        "(CSV, TSV, JSONL, TFRecord); the demo corpus if omitted")
-    parser.add_argument("--eval", help="evaluation files, as --train (required with --train): they score the "
-                        "exported model and choose nothing (with --validation-split 0, they keep the best epoch)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument(
+        "--train",
+        help="training files: path, glob, or comma-separated list "
+        "(CSV, TSV, JSONL, TFRecord); the demo corpus if omitted",
+    )
+    parser.add_argument(
+        "--eval",
+        help="evaluation files, as --train (required with --train): they score the "
+        "exported model and choose nothing (with --validation-split 0, they keep the best epoch)",
+    )
     parser.add_argument("--model-dir", required=True, help="where the run's files go (resumes if present)")
-    parser.add_argument("--config", help="JSON file overriding config fields, e.g. "
-                        '{"model": {"num_layers": 6}, "train": {"epochs": 5}}')
-    parser.add_argument("--tpu", nargs="?", const="local",
-                        help="train on a TPU: 'local' (a TPU VM, the default) or a TPU name/address; starts "
-                        "from TPU defaults (batches per replica, longer host loops, bfloat16; README)")
-    parser.add_argument("--init-from", help="a pipeline.pretrain directory: start from its vocabulary, "
-                        "embeddings and encoder (with --pretrain-epochs 0)")
-    parser.add_argument("--vocabulary-from", help="a pipeline.train or pipeline.pretrain directory: use its "
-                        "vocabulary instead of learning one (members of an ensemble must share it)")
+    parser.add_argument(
+        "--config", help='JSON file overriding config fields, e.g. {"model": {"num_layers": 6}, "train": {"epochs": 5}}'
+    )
+    parser.add_argument(
+        "--tpu",
+        nargs="?",
+        const="local",
+        help="train on a TPU: 'local' (a TPU VM, the default) or a TPU name/address; starts "
+        "from TPU defaults (batches per replica, longer host loops, bfloat16; README)",
+    )
+    parser.add_argument(
+        "--init-from",
+        help="a pipeline.pretrain directory: start from its vocabulary, "
+        "embeddings and encoder (with --pretrain-epochs 0)",
+    )
+    parser.add_argument(
+        "--vocabulary-from",
+        help="a pipeline.train or pipeline.pretrain directory: use its "
+        "vocabulary instead of learning one (members of an ensemble must share it)",
+    )
     flags = {  # flag: (config section, field, type)
-        "text-column": ("data", "text_column", str), "label-column": ("data", "label_column", str),
-        "tokenizer": ("data", "tokenizer", str), "max-length": ("model", "max_length", int),
-        "epochs": ("train", "epochs", int), "batch-size": ("train", "batch_size", int),
-        "learning-rate": ("train", "learning_rate", float), "seed": ("train", "seed", int),
+        "text-column": ("data", "text_column", str),
+        "label-column": ("data", "label_column", str),
+        "tokenizer": ("data", "tokenizer", str),
+        "max-length": ("model", "max_length", int),
+        "epochs": ("train", "epochs", int),
+        "batch-size": ("train", "batch_size", int),
+        "learning-rate": ("train", "learning_rate", float),
+        "seed": ("train", "seed", int),
         "pretrain-epochs": ("train", "pretrain_epochs", int),
         "validation-split": ("train", "validation_split", float),
         "members": ("train", "members", int),
@@ -499,26 +586,32 @@ def parse_args(argv=None):
         "checkpoint-every": ("train", "checkpoint_every", int),
         "precision": ("train", "precision", str),
     }
-    notes = {"tokenizer": "wordpiece or word; ", "max-length": "0 derives it from the training data; ",
-             "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
-             "validation-split": "fraction of --train held out to keep the best epoch on, 0 = keep it on --eval; ",
-             "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
-             "best-metric": "the validation score that keeps the epoch: loss (the lowest), accuracy or macro_f1; ",
-             "class-weight": "the classes' weights in the loss: none, balanced, or NAME:WEIGHT,...; ",
-             "pretrain-learning-rate": "masked-LM's peak learning rate; ",
-             "pretrain-batch-size": "sequences per masked-LM step; ",
-             "steps-per-execution": "training steps per host round trip (--tpu: 200); ",
-             "precision": "auto, float32 or mixed_bfloat16; "}
+    notes = {
+        "tokenizer": "wordpiece or word; ",
+        "max-length": "0 derives it from the training data; ",
+        "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
+        "validation-split": "fraction of --train held out to keep the best epoch on, 0 = keep it on --eval; ",
+        "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
+        "best-metric": "the validation score that keeps the epoch: loss (the lowest), accuracy or macro_f1; ",
+        "class-weight": "the classes' weights in the loss: none, balanced, or NAME:WEIGHT,...; ",
+        "pretrain-learning-rate": "masked-LM's peak learning rate; ",
+        "pretrain-batch-size": "sequences per masked-LM step; ",
+        "steps-per-execution": "training steps per host round trip (--tpu: 200); ",
+        "precision": "auto, float32 or mixed_bfloat16; ",
+    }
     for flag, (section, field, kind) in flags.items():
         default = getattr(getattr(Config(), section), field)
-        parser.add_argument(f"--{flag}", type=kind,
-                            help=f"{section}.{field} ({notes.get(flag, '')}default {default})")
-    parser.add_argument("--skip-bad-rows", action="store_true",
-                        help="skip and count bad rows instead of stopping at the first")
-    parser.add_argument("--refit", action=argparse.BooleanOptionalAction,
-                        help="train.refit: once the best epoch is kept, train again from the same start on the "
-                        "training and validation examples together up to that epoch, and export that model "
-                        f"(default {Config().train.refit}; with --validation-split 0 it trains on --eval too)")
+        parser.add_argument(f"--{flag}", type=kind, help=f"{section}.{field} ({notes.get(flag, '')}default {default})")
+    parser.add_argument(
+        "--skip-bad-rows", action="store_true", help="skip and count bad rows instead of stopping at the first"
+    )
+    parser.add_argument(
+        "--refit",
+        action=argparse.BooleanOptionalAction,
+        help="train.refit: once the best epoch is kept, train again from the same start on the "
+        "training and validation examples together up to that epoch, and export that model "
+        f"(default {Config().train.refit}; with --validation-split 0 it trains on --eval too)",
+    )
     args = parser.parse_args(argv)
     values = {}
     for flag, (section, field, _) in flags.items():
@@ -537,8 +630,16 @@ def main(argv=None):
         args, overrides = parse_args(argv)
         strategy = resolve_strategy(args.tpu)
         config = run_config(args.config, overrides, strategy, args.tpu)  # a bad --config or value is an error too
-        train_and_evaluate(config, args.model_dir, args.train, args.eval, args.tpu, strategy=strategy,
-                           init_from=args.init_from, vocabulary_from=args.vocabulary_from)
+        train_and_evaluate(
+            config,
+            args.model_dir,
+            args.train,
+            args.eval,
+            args.tpu,
+            strategy=strategy,
+            init_from=args.init_from,
+            vocabulary_from=args.vocabulary_from,
+        )
     except (DataError, TPUUnavailableError, TrainingError, ValueError) as error:
         sys.exit(f"error: {error}")
 

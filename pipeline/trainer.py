@@ -54,7 +54,8 @@ def build_optimizer(train_config, total_steps):
         warmup_steps=warmup_steps,
     )
     optimizer = _SummedGradientsAdamW(
-        learning_rate=schedule, weight_decay=train_config.weight_decay, epsilon=1e-6, name="adamw")
+        learning_rate=schedule, weight_decay=train_config.weight_decay, epsilon=1e-6, name="adamw"
+    )
     # Decay the matrices only, as BERT does: not biases nor normalization scales.
     optimizer.exclude_from_weight_decay(var_names=["bias", "norm"])
     return optimizer
@@ -128,8 +129,16 @@ class Trainer:
     weigh each classification example's loss by its label.
     """
 
-    def __init__(self, model, optimizer, strategy, train_config, model_dir,
-                 learning_rate_field="train.learning_rate", class_weights=None):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        strategy,
+        train_config,
+        model_dir,
+        learning_rate_field="train.learning_rate",
+        class_weights=None,
+    ):
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
         self.class_weights = None if class_weights is None else tf.constant(class_weights, tf.float32)
         self.config = train_config
@@ -155,15 +164,24 @@ class Trainer:
         self._restored = False
         # The moving averages of the trainable weights (train.weight_averaging),
         # what every epoch is scored and kept with.
-        self.averages = [tf.Variable(variable.value, trainable=False, name=f"average_{index}")
-                         for index, variable in enumerate(model.trainable_variables)
-                         ] if train_config.weight_averaging else []
-        checkpoint = tf.train.Checkpoint(model=model_variables(model), optimizer=optimizer,
-                                         step=self.step, best_score=self.best_score,
-                                         averages={f"average_{index}": average
-                                                   for index, average in enumerate(self.averages)})
+        self.averages = (
+            [
+                tf.Variable(variable.value, trainable=False, name=f"average_{index}")
+                for index, variable in enumerate(model.trainable_variables)
+            ]
+            if train_config.weight_averaging
+            else []
+        )
+        checkpoint = tf.train.Checkpoint(
+            model=model_variables(model),
+            optimizer=optimizer,
+            step=self.step,
+            best_score=self.best_score,
+            averages={f"average_{index}": average for index, average in enumerate(self.averages)},
+        )
         self.manager = tf.train.CheckpointManager(
-            checkpoint, os.path.join(self.output_dir, CHECKPOINT_DIR), max_to_keep=2)
+            checkpoint, os.path.join(self.output_dir, CHECKPOINT_DIR), max_to_keep=2
+        )
 
     def restore(self):
         """Restores the latest checkpoint of `model_dir`, if any; returns the step reached."""
@@ -214,8 +232,9 @@ class Trainer:
         with tf.GradientTape() as tape:
             probabilities = self.model(features, training=True)
             if isinstance(probabilities, dict):
-                per_example = tf.add_n([_per_example_loss(labels[name], probabilities[name], weights[name])
-                                        for name in probabilities])
+                per_example = tf.add_n(
+                    [_per_example_loss(labels[name], probabilities[name], weights[name]) for name in probabilities]
+                )
                 name = next(iter(probabilities))
                 probabilities, labels, weights = probabilities[name], labels[name], weights[name]
             else:
@@ -281,13 +300,16 @@ class Trainer:
             dataset = distribute(self.strategy, make_dataset, epoch=epoch, skip_batches=offset)
             iterator = iter(dataset)
             progress = keras.utils.Progbar(  # one line per epoch when not on a terminal
-                steps_per_epoch, verbose=1 if sys.stdout.isatty() else 2,
-                stateful_metrics=["loss", "accuracy"])
+                steps_per_epoch, verbose=1 if sys.stdout.isatty() else 2, stateful_metrics=["loss", "accuracy"]
+            )
             self.loss.reset_state()
             self.accuracy.reset_state()
             while offset < steps_per_epoch:
-                steps = min(self.config.steps_per_execution, steps_per_epoch - offset,
-                            self.config.checkpoint_every - step % self.config.checkpoint_every)
+                steps = min(
+                    self.config.steps_per_execution,
+                    steps_per_epoch - offset,
+                    self.config.checkpoint_every - step % self.config.checkpoint_every,
+                )
                 self._train_steps(iterator, tf.constant(steps))
                 offset, step = offset + steps, step + steps
                 self._check_finite(step)
@@ -331,4 +353,5 @@ class Trainer:
             raise TrainingError(
                 f"training loss became {loss} by step {step}; stopped without saving. "
                 f"The last good checkpoint is kept: {kept}. Lower {self.learning_rate_field} "
-                f"(now {self.config.learning_rate}) or train.clip_norm (now {self.config.clip_norm}).")
+                f"(now {self.config.learning_rate}) or train.clip_norm (now {self.config.clip_norm})."
+            )

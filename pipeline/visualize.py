@@ -38,12 +38,14 @@ def attention_maps(model_path, sentences):
     for i, text in enumerate(sentences):
         length = int(np.count_nonzero(outputs["token_ids"][i].numpy()))
         attention = outputs["attention"][i, :, :, :length, :length].numpy()
-        results.append({
-            "text": text,
-            "tokens": [t.decode("utf-8", "replace") for t in outputs["tokens"][i, :length].numpy()],
-            "attention": attention.round(6).tolist(),
-            "probabilities": dict(zip(names, outputs["probabilities"][i].numpy().astype(float).tolist())),
-        })
+        results.append(
+            {
+                "text": text,
+                "tokens": [t.decode("utf-8", "replace") for t in outputs["tokens"][i, :length].numpy()],
+                "attention": attention.round(6).tolist(),
+                "probabilities": dict(zip(names, outputs["probabilities"][i].numpy().astype(float).tolist())),
+            }
+        )
     return results
 
 
@@ -108,9 +110,11 @@ def _write_pngs(plt, maps, directory):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     parser.add_argument("--model", required=True, help="export directory (or a version in it), or a model directory")
     parser.add_argument("--out", required=True, help="directory for attention.html and the PNGs")
     parser.add_argument("sentences", nargs="+", help="sentences to show")

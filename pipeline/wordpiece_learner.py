@@ -45,16 +45,20 @@ def learn(word_counts, vocab_size, reserved_tokens, **options):
     params = lib.Params(*(arguments[field] for field in lib.Params._fields))
     upper, lower = lib.get_search_threshs(word_counts, params.upper_thresh, params.lower_thresh)
     words = lib.get_input_words(word_counts, reserved_tokens, params.max_token_length)
-    words = lib.filter_input_words(words, lib.get_allowed_chars(words, params.max_unique_chars),
-                                   params.max_input_tokens)
+    words = lib.filter_input_words(
+        words, lib.get_allowed_chars(words, params.max_unique_chars), params.max_input_tokens
+    )
     prepared = _Words(words, params)
     # The library's `learn_binary_search`, as a loop.
     while True:
         thresh = (upper + lower) // 2
         vocabulary = learn_with_thresh(words, thresh, params, prepared)
         size = len(vocabulary)
-        if (size <= vocab_size and vocab_size - size <= max(params.slack_ratio * vocab_size, 0)) \
-                or lower >= upper or thresh <= 1:
+        if (
+            (size <= vocab_size and vocab_size - size <= max(params.slack_ratio * vocab_size, 0))
+            or lower >= upper
+            or thresh <= 1
+        ):
             return vocabulary
         if size > vocab_size:
             lower = thresh + 1
@@ -118,8 +122,14 @@ def _later_pass(words, tokens, params, thresh):
         return {end: count for end, count in ends.items() if count >= thresh}
     vocabulary = list(tokens) + [words.unknown]
     splitter = tf_text.FastWordpieceTokenizer(
-        vocabulary, suffix_indicator=joiner, max_bytes_per_word=words.longest + 1, token_out_type=tf.int64,
-        unknown_token=words.unknown, no_pretokenization=True, support_detokenization=False)
+        vocabulary,
+        suffix_indicator=joiner,
+        max_bytes_per_word=words.longest + 1,
+        token_out_type=tf.int64,
+        unknown_token=words.unknown,
+        no_pretokenization=True,
+        support_detokenization=False,
+    )
     ids, starts, _ = splitter.tokenize_with_offsets(words.words)
     spelled = tf.reduce_all(ids != len(vocabulary) - 1, axis=1)
     piece_word = ids.value_rowids()

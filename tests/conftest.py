@@ -13,9 +13,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import tensorflow as tf  # noqa: E402
 
 _cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(
-    _cpu, [tf.config.LogicalDeviceConfiguration()] * 2
-)
+tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 # Tests import helpers from this folder (`from layer_test_helper import ...`).
 sys.path.insert(0, os.path.dirname(__file__))
@@ -25,8 +23,15 @@ import pytest  # noqa: E402
 
 NAMES = ["negative", "neutral", "positive"]
 # The tests' model and tokenizer: a run on the demo corpus trains in seconds and still learns it.
-TINY_MODEL = {"max_length": 16, "embedding_size": 16, "hidden_size": 32, "num_layers": 2, "num_heads": 2,
-              "intermediate_size": 64, "dropout_rate": 0.0}
+TINY_MODEL = {
+    "max_length": 16,
+    "embedding_size": 16,
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_heads": 2,
+    "intermediate_size": 64,
+    "dropout_rate": 0.0,
+}
 WORD_TOKENS = {"tokenizer": "word", "min_count": 1}
 
 
@@ -69,10 +74,24 @@ def exported(tmp_path_factory):
     from pipeline.model import build_model
     from pipeline.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer.learn(["the cat sat on the mat", "北京 天安门", "a dog"] * 2,
-                                kind="wordpiece", vocabulary_size=200, min_count=1, max_length=24)
-    model = build_model(ModelConfig(vocabulary_size=len(tokenizer.vocabulary), num_classes=3,
-                                    max_length=24, hidden_size=32, embedding_size=16,
-                                    num_layers=2, num_heads=2, intermediate_size=64))
+    tokenizer = Tokenizer.learn(
+        ["the cat sat on the mat", "北京 天安门", "a dog"] * 2,
+        kind="wordpiece",
+        vocabulary_size=200,
+        min_count=1,
+        max_length=24,
+    )
+    model = build_model(
+        ModelConfig(
+            vocabulary_size=len(tokenizer.vocabulary),
+            num_classes=3,
+            max_length=24,
+            hidden_size=32,
+            embedding_size=16,
+            num_layers=2,
+            num_heads=2,
+            intermediate_size=64,
+        )
+    )
     root = str(tmp_path_factory.mktemp("export"))
     return model, tokenizer, root, export_saved_model(model, tokenizer, NAMES, root)

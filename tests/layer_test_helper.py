@@ -9,10 +9,7 @@ import numpy as np
 
 
 def _functional(layer, inputs):
-    symbolic = {
-        name: keras.Input(value.shape[1:], dtype=str(value.dtype), name=name)
-        for name, value in inputs.items()
-    }
+    symbolic = {name: keras.Input(value.shape[1:], dtype=str(value.dtype), name=name) for name, value in inputs.items()}
     return keras.Model(symbolic, layer(**symbolic)), symbolic
 
 

@@ -7,9 +7,18 @@ from conftest import TINY_MODEL, WORD_TOKENS
 from pipeline.api import load_classifier, train
 from pipeline.readers import read_examples
 
-CONFIG = {"model": TINY_MODEL, "data": WORD_TOKENS,
-          "train": {"batch_size": 32, "epochs": 2, "learning_rate": 3e-3, "pretrain_epochs": 0,
-                    "validation_split": 0.0, "refit": False}}
+CONFIG = {
+    "model": TINY_MODEL,
+    "data": WORD_TOKENS,
+    "train": {
+        "batch_size": 32,
+        "epochs": 2,
+        "learning_rate": 3e-3,
+        "pretrain_epochs": 0,
+        "validation_split": 0.0,
+        "refit": False,
+    },
+}
 
 
 @pytest.mark.slow

@@ -45,8 +45,9 @@ def test_a_run_in_a_bucket_resumes_exports_and_serves_as_a_local_run(tmp_path, m
     bucket = f"ram://{tmp_path.name}"
     config = Config.from_dict(CONFIG)
     train, test = write_demo_corpus(f"{bucket}/corpus", train_size=640, test_size=200)
-    local = train_and_evaluate(config, str(tmp_path / "run"),
-                               *write_demo_corpus(tmp_path / "corpus", train_size=640, test_size=200))
+    local = train_and_evaluate(
+        config, str(tmp_path / "run"), *write_demo_corpus(tmp_path / "corpus", train_size=640, test_size=200)
+    )
 
     real_save = tf.train.CheckpointManager.save
 
@@ -69,8 +70,16 @@ def test_a_run_in_a_bucket_resumes_exports_and_serves_as_a_local_run(tmp_path, m
     assert "Resuming from the checkpoint at step 6 of" in capsys.readouterr().out
     for key in ("accuracy", "macro_f1", "loss"):
         assert resumed[key] == pytest.approx(local[key], abs=1e-6), key
-    for name in (CONFIG_FILE, VOCABULARY_FILE, LABELS_FILE, METRICS_FILE, BEST_WEIGHTS, f"{REFIT_DIR}/{BEST_WEIGHTS}",
-                 "logs/train", f"{PRETRAIN_DIR}/{PRETRAIN_METRICS_FILE}"):
+    for name in (
+        CONFIG_FILE,
+        VOCABULARY_FILE,
+        LABELS_FILE,
+        METRICS_FILE,
+        BEST_WEIGHTS,
+        f"{REFIT_DIR}/{BEST_WEIGHTS}",
+        "logs/train",
+        f"{PRETRAIN_DIR}/{PRETRAIN_METRICS_FILE}",
+    ):
         assert tf.io.gfile.exists(f"{run}/{name}"), name
 
     in_bucket = load_classifier(f"{run}/export")(TEXTS)  # its latest version, found by listing the bucket
@@ -82,10 +91,22 @@ def test_a_run_in_a_bucket_resumes_exports_and_serves_as_a_local_run(tmp_path, m
 def test_a_sweep_in_a_bucket_writes_its_trials_results_and_export(tmp_path):
     bucket = f"ram://{tmp_path.name}"
     config = Config.from_dict({**CONFIG, "train": {**CONFIG["train"], "epochs": 1, "pretrain_epochs": 0}})
-    space = {"embedding_size": 16, "hidden_size": 32, "num_heads": 2, "num_layers": 1, "intermediate_multiple": 2,
-             "batch_size": 32}
-    rows = run_sweep(config, f"{bucket}/sweep", *write_demo_corpus(f"{bucket}/corpus", train_size=320, test_size=100),
-                     max_trials=2, space_overrides=space, export_best=True)
+    space = {
+        "embedding_size": 16,
+        "hidden_size": 32,
+        "num_heads": 2,
+        "num_layers": 1,
+        "intermediate_multiple": 2,
+        "batch_size": 32,
+    }
+    rows = run_sweep(
+        config,
+        f"{bucket}/sweep",
+        *write_demo_corpus(f"{bucket}/corpus", train_size=320, test_size=100),
+        max_trials=2,
+        space_overrides=space,
+        export_best=True,
+    )
     assert [row["status"] for row in rows] == ["COMPLETED"] * 2
     for name in ("results.json", "results.csv", "trials/trial_0/best.weights.h5", "trials/trial_1/config.json"):
         assert tf.io.gfile.exists(f"{bucket}/sweep/{name}"), name

@@ -60,7 +60,7 @@ def test_length_buckets_cut_only_padding_and_keep_every_example():
         ids, labels = ids.numpy(), labels.numpy()
         longest = lengths[labels].max()
         assert ids.shape == (32, min(-(-longest // 16) * 16, 64))  # the longest, rounded up
-        np.testing.assert_array_equal(ids, split.ids[labels, :ids.shape[1]])  # only padding cut
+        np.testing.assert_array_equal(ids, split.ids[labels, : ids.shape[1]])  # only padding cut
         seen.extend(labels.tolist())
     assert sorted(seen) == list(range(640))  # each example once (640 = 20 whole batches)
     # Similar lengths share a batch: far fewer positions than max_length everywhere.
@@ -71,8 +71,10 @@ def test_length_buckets_cut_only_padding_and_keep_every_example():
 
 def test_length_buckets_are_seeded_and_resumable():
     split, _ = _varied_lengths()
+
     def labels(**kwargs):
         return [b[1].numpy().tolist() for b in train_dataset(split, 32, seed=7, length_bucket=16, **kwargs)]
+
     first = labels(epoch=1)
     assert first == labels(epoch=1) and first != labels(epoch=2)
     assert labels(epoch=1, skip_batches=5) == first[5:]
@@ -81,13 +83,17 @@ def test_length_buckets_are_seeded_and_resumable():
 def test_token_dropout_hides_real_tokens_only_and_is_seeded_and_resumable():
     split, lengths = _varied_lengths(count=1024)
     split.ids[:, 0] = CLS_ID
+
     def batches(**kwargs):
-        return [(ids.numpy(), labels.numpy())
-                for ids, labels in train_dataset(split, 32, seed=7, length_bucket=16, token_dropout=0.2, **kwargs)]
+        return [
+            (ids.numpy(), labels.numpy())
+            for ids, labels in train_dataset(split, 32, seed=7, length_bucket=16, token_dropout=0.2, **kwargs)
+        ]
+
     first = batches(epoch=1)
     hidden = real = 0
     for ids, labels in first:
-        original = split.ids[labels, :ids.shape[1]]
+        original = split.ids[labels, : ids.shape[1]]
         changed = ids != original
         assert (ids[changed] == UNK_ID).all()  # only ever [UNK]
         assert not changed[:, 0].any() and not changed[original == 0].any()  # never [CLS] nor padding
@@ -97,9 +103,11 @@ def test_token_dropout_hides_real_tokens_only_and_is_seeded_and_resumable():
     again, resumed, other = batches(epoch=1), batches(epoch=1, skip_batches=5), batches(epoch=2)
     assert all((a == b).all() for x, y in zip(first, again) for a, b in zip(x, y))
     assert all((a == b).all() for x, y in zip(first[5:], resumed) for a, b in zip(x, y))
+
     # A new draw each epoch: the same example loses other tokens.
     def hidden_by_example(batches):
         return {label: tuple(row == UNK_ID) for ids, labels in batches for label, row in zip(labels, ids)}
+
     first_hidden, other_hidden = hidden_by_example(first), hidden_by_example(other)
     assert sum(first_hidden[label] != other_hidden[label] for label in first_hidden) > 0.5 * len(first_hidden)
 
@@ -173,8 +181,11 @@ def test_concatenated_splits_are_the_split_of_all_their_files(tmp_path):
     joined, whole = concatenate(parts), load_split(f"{tmp_path}/a.csv,{tmp_path}/b.csv", config, tokenizer, names)
     np.testing.assert_array_equal(joined.ids, whole.ids)
     np.testing.assert_array_equal(joined.labels, whole.labels)
-    assert joined.sources == whole.sources == [f"{tmp_path}/{source}" for source in ("a.csv:2", "a.csv:4",
-                                                                                    "b.csv:2", "b.csv:5")]
+    assert (
+        joined.sources
+        == whole.sources
+        == [f"{tmp_path}/{source}" for source in ("a.csv:2", "a.csv:4", "b.csv:2", "b.csv:5")]
+    )
     assert joined.skipped == whole.skipped and sum(whole.skipped.values()) == 3
 
 
@@ -196,9 +207,12 @@ def test_held_out_slice_is_stratified_seeded_disjoint_and_keeps_every_label():
     assert hold_out(examples, 0.1)[1].sources == held_out.sources
     other = hold_out(examples, 0.1, seed=1)[1]
     assert other.sources != held_out.sources and collections.Counter(other.labels) == collections.Counter(
-        held_out.labels)
+        held_out.labels
+    )
     # Even (nearly) all of a label leaves it one example to train on.
     assert collections.Counter(hold_out(examples, 0.999)[0].labels) == {label: 1 for label in "abcde"}
     with pytest.raises(ValueError, match=r"train.validation_split 0.1 of 4 training examples holds out none"):
-        hold_out(Examples(["x", "y", "z", "w"], ["a", "b", "a", "b"], ["f:1", "f:2", "f:3", "f:4"],
-                          collections.Counter()), 0.1)
+        hold_out(
+            Examples(["x", "y", "z", "w"], ["a", "b", "a", "b"], ["f:1", "f:2", "f:3", "f:4"], collections.Counter()),
+            0.1,
+        )

@@ -31,11 +31,13 @@ def test_bag_of_words_stays_near_chance():
     vocabulary = {w: i for i, w in enumerate(words)}
     (x_train, y_train), (x_test, y_test) = _bags(train, vocabulary), _bags(test, vocabulary)
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((len(words),)),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(2, activation="softmax"),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((len(words),)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(2, activation="softmax"),
+        ]
+    )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(x_train, y_train, epochs=10, batch_size=64, verbose=0)
     train_accuracy = model.evaluate(x_train, y_train, verbose=0)[1]

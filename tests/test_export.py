@@ -14,14 +14,28 @@ from pipeline.export import latest_export, next_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRANGE = [
-    "", "   \t ", "x" * 100_000, "control\x00\x07\x1b chars", "emoji 😀🎉👍🏽", "مرحبا بالعالم",
-    "עברית", "我爱北京天安门没有空格", "Mixed 北京 and English!", "the cat sat on the mat",
+    "",
+    "   \t ",
+    "x" * 100_000,
+    "control\x00\x07\x1b chars",
+    "emoji 😀🎉👍🏽",
+    "مرحبا بالعالم",
+    "עברית",
+    "我爱北京天安门没有空格",
+    "Mixed 北京 and English!",
+    "the cat sat on the mat",
 ]
 
 
 def _run(code, *args):
-    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
-                            text=True, timeout=180, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -92,8 +106,9 @@ def test_predict_cli_jsonl_and_tsv(exported, tmp_path):
         assert list(result["probabilities"]) == NAMES
         np.testing.assert_allclose([result["probabilities"][n] for n in NAMES], row, atol=1e-5)
         assert result["label"] == NAMES[int(np.argmax(row))]
-    tsv = subprocess.run(command + ["--format", "tsv"], cwd=ROOT, capture_output=True, text=True,
-                         env=env, timeout=180).stdout.splitlines()
+    tsv = subprocess.run(
+        command + ["--format", "tsv"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=180
+    ).stdout.splitlines()
     assert tsv[0].split("\t") == ["label"] + NAMES + ["text"] and len(tsv) == 4
 
 
@@ -163,12 +178,17 @@ def test_an_ensemble_of_runs_serves_the_mean_of_their_probabilities(tmp_path):
     assert served["attention_shape"] == [2, 4, 2, 16, 16]  # (batch, members x layers, heads, L, L)
     attention = tf.saved_model.load(path).signatures["attention"](text=tf.constant(SENTENCES[:2]))
     for index, (model, _, _) in enumerate(members):
-        np.testing.assert_allclose(attention["attention"][:, 2 * index:2 * index + 2],
-                                   model_internals(model, ids[:2])["attention"], atol=1e-6)
+        np.testing.assert_allclose(
+            attention["attention"][:, 2 * index : 2 * index + 2],
+            model_internals(model, ids[:2])["attention"],
+            atol=1e-6,
+        )
 
     # Runs that read other ids, or number the classes otherwise, are refused by name.
-    for name, edit in [("vocab.txt", lambda text: text.replace("\nteam\n", "\nsquad\n")),
-                       ("labels.json", lambda text: json.dumps(list(reversed(json.loads(text)))))]:
+    for name, edit in [
+        ("vocab.txt", lambda text: text.replace("\nteam\n", "\nsquad\n")),
+        ("labels.json", lambda text: json.dumps(list(reversed(json.loads(text))))),
+    ]:
         edited = tmp_path / f"edited_{name}"
         shutil.copytree(second, edited)
         with open(edited / name) as f:
@@ -189,10 +209,11 @@ def test_a_model_path_that_is_no_export_is_a_one_line_error(tmp_path, command):
     from pipeline.visualize import main as visualize_main
 
     missing = str(tmp_path / "no_export")
-    main, extra = {"predict": (predict_main, []), "visualize": (visualize_main, ["--out", str(tmp_path / "out"),
-                                                                                  "a sentence"])}[command]
-    with pytest.raises(SystemExit, match=f"^error: {missing}: neither a SavedModel nor a folder of numbered "
-                                         "versions$"):
+    main, extra = {
+        "predict": (predict_main, []),
+        "visualize": (visualize_main, ["--out", str(tmp_path / "out"), "a sentence"]),
+    }[command]
+    with pytest.raises(SystemExit, match=f"^error: {missing}: neither a SavedModel nor a folder of numbered versions$"):
         main(["--model", missing, *extra])
     assert not (tmp_path / "out").exists()
 
@@ -203,13 +224,22 @@ def test_console_scripts_run_the_entry_points(exported):
 
     scripts = {point.name: point for point in entry_points(group="console_scripts") if point.name.startswith("albert-")}
     assert {name: point.value for name, point in scripts.items()} == {
-        "albert-train": "pipeline.train:main", "albert-pretrain": "pipeline.pretrain:main",
-        "albert-export": "pipeline.export:main", "albert-predict": "pipeline.predict:main",
-        "albert-visualize": "pipeline.visualize:main", "albert-sweep": "tuning.sweep:main"}
+        "albert-train": "pipeline.train:main",
+        "albert-pretrain": "pipeline.pretrain:main",
+        "albert-export": "pipeline.export:main",
+        "albert-predict": "pipeline.predict:main",
+        "albert-visualize": "pipeline.visualize:main",
+        "albert-sweep": "tuning.sweep:main",
+    }
     assert all(callable(point.load()) for point in scripts.values())
     _, _, root, _ = exported
-    result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "albert-predict"), "--model", root,
-                             "--format", "tsv"], input="a dog\n", capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "albert-predict"), "--model", root, "--format", "tsv"],
+        input="a dog\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[0] == "label\tnegative\tneutral\tpositive\ttext"
     assert result.stdout.splitlines()[1].endswith("\ta dog")

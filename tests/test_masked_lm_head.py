@@ -6,8 +6,10 @@ from layers import FactorizedEmbedding, MaskedLMHead
 
 def _inputs():
     rng = np.random.default_rng(5)
-    return {"inputs": rng.normal(size=(2, 6, 8)).astype("float32"),
-            "masked_positions": np.array([[1, 4, 0], [5, 2, 3]], "int32")}
+    return {
+        "inputs": rng.normal(size=(2, 6, 8)).astype("float32"),
+        "masked_positions": np.array([[1, 4, 0], [5, 2, 3]], "int32"),
+    }
 
 
 def test_layer_contract():

@@ -40,7 +40,8 @@ def test_a_model_answering_one_class_for_nearly_everything_is_warned_of():
     assert one_class_warning(collapsed) == (
         "warning: the model predicts 'positive' for 97% of the 100 examples, 65% of which are 'positive': it has "
         f"learned little beyond always answering it (macro-F1 {collapsed['macro_f1']:.4f}). Try --class-weight "
-        "balanced, more epochs or more data.")
+        "balanced, more epochs or more data."
+    )
     assert one_class_warning(_report(labels, [2] * 94 + [0] * 6)) is None  # 94%: it answers others too
     assert one_class_warning(_report([2] * 96 + [0] * 4, [2] * 100)) is None  # the labels are that skewed
 
@@ -52,8 +53,11 @@ def test_class_weights_balance_the_classes_or_follow_the_names_given():
     np.testing.assert_allclose(class_weights("balanced", labels, names), [10 / 18, 10 / 9, 10 / 3], rtol=1e-6)
     np.testing.assert_allclose(class_weights("positive:4,neutral:0.5", labels, names), [1.0, 0.5, 4.0])
     assert class_weights("none", labels, names) is None
-    with pytest.raises(ValueError, match=r"names class 'postive', which the training data does not have; its "
-                                         r"classes: \['negative', 'neutral', 'positive'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"names class 'postive', which the training data does not have; its "
+        r"classes: \['negative', 'neutral', 'positive'\]",
+    ):
         class_weights("postive:4", labels, names)
     for spec, part in (("positive=4", "positive=4"), ("positive:-1", "positive:-1"), ("a:1,:2", ":2")):
         with pytest.raises(ValueError, match=f"train.class_weight '{spec}': '{part}' is not NAME:WEIGHT"):

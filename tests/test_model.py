@@ -10,8 +10,14 @@ from pipeline.config import ModelConfig
 from pipeline.model import build_model, model_internals
 
 SMALL = ModelConfig(
-    vocabulary_size=24, num_classes=2, max_length=12, embedding_size=16,
-    hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+    vocabulary_size=24,
+    num_classes=2,
+    max_length=12,
+    embedding_size=16,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=64,
     dropout_rate=0.0,
 )
 

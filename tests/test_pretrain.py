@@ -26,8 +26,15 @@ TINY = {
     "model": {**TINY_MODEL, "max_length": 24},
     "data": WORD_TOKENS,
     # The held-out slice and the refit (on by default) are off but in the test of members' refits.
-    "train": {"batch_size": 32, "epochs": 3, "learning_rate": 3e-3, "checkpoint_every": 50, "pretrain_epochs": 0,
-              "validation_split": 0.0, "refit": False},
+    "train": {
+        "batch_size": 32,
+        "epochs": 3,
+        "learning_rate": 3e-3,
+        "checkpoint_every": 50,
+        "pretrain_epochs": 0,
+        "validation_split": 0.0,
+        "refit": False,
+    },
     "pretrain": {"max_predictions": 5, "learning_rate": 3e-3, "batch_size": 32},
 }
 
@@ -38,8 +45,9 @@ def pretrained(tmp_path_factory):
     texts = directory / "docs.txt"
     texts.write_text("\n".join(text for text, _ in generate(1600, seed=5)) + "\n", encoding="utf-8")
     # Masked-LM learns slowly: a higher rate and five epochs (~250 steps) for a clear signal.
-    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 5},
-                               "pretrain": {**TINY["pretrain"], "learning_rate": 1e-2}})
+    config = Config.from_dict(
+        {**TINY, "train": {**TINY["train"], "epochs": 5}, "pretrain": {**TINY["pretrain"], "learning_rate": 1e-2}}
+    )
     report = pretrain(config, str(directory / "run"), str(texts))
     return str(directory / "run"), report
 
@@ -49,8 +57,9 @@ def test_masking_statistics_match_bert():
     tokenizer = Tokenizer.learn(texts, kind="wordpiece", vocabulary_size=400, min_count=1, max_length=32)
     tf.random.set_seed(0)
     ids = tokenizer(tf.constant(texts)).numpy()
-    features, targets, weights = mask_tokens(tokenizer.word_ids(tf.constant(texts)), len(tokenizer.vocabulary),
-                                             32, PretrainConfig(max_predictions=16))
+    features, targets, weights = mask_tokens(
+        tokenizer.word_ids(tf.constant(texts)), len(tokenizer.vocabulary), 32, PretrainConfig(max_predictions=16)
+    )
     masked, positions = features["token_ids"].numpy(), features["masked_positions"].numpy()
     real = weights.numpy() > 0
     selectable = ((ids != PAD_ID) & (ids != CLS_ID)).sum()
@@ -73,8 +82,12 @@ def test_whole_word_masking_takes_every_piece_of_a_word():
     # A small vocabulary splits most words into several pieces.
     tokenizer = Tokenizer.learn(texts, kind="wordpiece", vocabulary_size=60, min_count=1, max_length=48)
     tf.random.set_seed(1)
-    features, _, weights = mask_tokens(tokenizer.word_ids(tf.constant(texts)), len(tokenizer.vocabulary), 48,
-                                       PretrainConfig(max_predictions=40, whole_word_masking=True))
+    features, _, weights = mask_tokens(
+        tokenizer.word_ids(tf.constant(texts)),
+        len(tokenizer.vocabulary),
+        48,
+        PretrainConfig(max_predictions=40, whole_word_masking=True),
+    )
     ids = tokenizer(tf.constant(texts)).numpy()
     continuation = np.vectorize(lambda i: tokenizer.vocabulary[i].startswith("##"))(ids)
     checked = 0
@@ -95,8 +108,15 @@ def test_whole_word_masking_in_length_buckets_keeps_every_chosen_piece():
     masked = []
     for length_bucket in (0, 8):
         tf.random.set_seed(1)
-        masked.append(mask_tokens(word_ids, len(tokenizer.vocabulary), 48,
-                                  PretrainConfig(max_predictions=40, whole_word_masking=True), length_bucket))
+        masked.append(
+            mask_tokens(
+                word_ids,
+                len(tokenizer.vocabulary),
+                48,
+                PretrainConfig(max_predictions=40, whole_word_masking=True),
+                length_bucket,
+            )
+        )
     (full, full_targets, full_weights), (cut, cut_targets, cut_weights) = masked
     slots = int(full_weights.numpy().sum(axis=1).max())
     assert cut_weights.shape == (500, slots) and 5 < slots < 40
@@ -113,8 +133,9 @@ def _steps_of(texts, **kwargs):
     show which texts a step holds; and each text's ids by its first word."""
     tokenizer = Tokenizer.learn(texts, kind="word", min_count=1, max_length=64)
     keep_tokens = PretrainConfig(max_predictions=8, mask_token_rate=0.0, random_token_rate=0.0)
-    dataset = masked_lm_dataset(word_ids_of(texts, tokenizer), len(tokenizer.vocabulary), 64, 32, keep_tokens,
-                                seed=7, **kwargs)
+    dataset = masked_lm_dataset(
+        word_ids_of(texts, tokenizer), len(tokenizer.vocabulary), 64, 32, keep_tokens, seed=7, **kwargs
+    )
     return dataset, {row[1]: (i, row) for i, row in enumerate(tokenizer(tf.constant(texts)).numpy().tolist())}
 
 
@@ -141,7 +162,7 @@ def test_masked_lm_length_buckets_cut_only_padding_and_keep_every_text():
         ids, positions = features["token_ids"].numpy(), features["masked_positions"].numpy()
         for id_row in ids.tolist():
             text, full = index[id_row[1]]  # texts open with a word of their own
-            assert id_row == full[:ids.shape[1]] and not any(full[ids.shape[1]:])  # only padding cut
+            assert id_row == full[: ids.shape[1]] and not any(full[ids.shape[1] :])  # only padding cut
             seen.append(text)
         longest = max(int((ids[k] != PAD_ID).sum()) for k in range(len(ids)))
         assert ids.shape == (32, min(-(-longest // 16) * 16, 64))  # the longest, rounded up
@@ -168,8 +189,9 @@ def test_masked_lm_replicas_share_the_steps_of_one_device(length_bucket, two_rep
     single = [f["token_ids"].numpy() for f, _, _ in _steps_of(texts, length_bucket=length_bucket)[0]]
     strategy = two_replicas
     for skip in (0, 3):
-        dataset = distribute(strategy, lambda **kwargs: _steps_of(texts, **kwargs)[0],
-                             length_bucket=length_bucket, skip_batches=skip)
+        dataset = distribute(
+            strategy, lambda **kwargs: _steps_of(texts, **kwargs)[0], length_bucket=length_bucket, skip_batches=skip
+        )
         steps = 0
         for (features, _, _), expected in zip(dataset, single[skip:]):
             parts = [p.numpy() for p in strategy.experimental_local_results(features["token_ids"])]
@@ -193,12 +215,22 @@ def test_masked_accuracy_is_measured_on_a_sample_of_the_documents(tmp_path, monk
     documents = [text for text, _ in generate(320, seed=6)]
     (tmp_path / "docs.txt").write_text("\n".join(documents) + "\n", encoding="utf-8")
     monkeypatch.setattr("pipeline.pretrain.EVALUATION_DOCUMENTS", 64)
-    report = pretrain(Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1}}), str(tmp_path / "run"),
-                      str(tmp_path / "docs.txt"))
+    report = pretrain(
+        Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1}}),
+        str(tmp_path / "run"),
+        str(tmp_path / "docs.txt"),
+    )
     config, tokenizer = Config.load(str(tmp_path / "run" / "config.json")), Tokenizer.load(str(tmp_path / "run"))
-    steps = masked_lm_dataset(word_ids_of(documents, tokenizer), len(tokenizer.vocabulary), config.model.max_length,
-                              config.pretrain.batch_size, config.pretrain, config.train.seed, epoch=1,
-                              length_bucket=config.train.length_bucket)
+    steps = masked_lm_dataset(
+        word_ids_of(documents, tokenizer),
+        len(tokenizer.vocabulary),
+        config.model.max_length,
+        config.pretrain.batch_size,
+        config.pretrain,
+        config.train.seed,
+        epoch=1,
+        length_bucket=config.train.length_bucket,
+    )
     predictions = [int(weights.numpy().sum()) for _, _, weights in steps]
     assert len(predictions) == 10 and report["predictions"] == sum(predictions[:2]) > 0
 
@@ -207,8 +239,13 @@ def test_masked_accuracy_is_measured_on_a_sample_of_the_documents(tmp_path, monk
 def test_masked_lm_steps_hold_the_pretraining_batch_size_not_the_classifiers(tmp_path):
     documents = [text for text, _ in generate(320, seed=6)]
     (tmp_path / "docs.txt").write_text("\n".join(documents) + "\n", encoding="utf-8")
-    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "batch_size": 64},
-                               "pretrain": {**TINY["pretrain"], "batch_size": 16}})
+    config = Config.from_dict(
+        {
+            **TINY,
+            "train": {**TINY["train"], "epochs": 1, "batch_size": 64},
+            "pretrain": {**TINY["pretrain"], "batch_size": 16},
+        }
+    )
     pretrain(config, str(tmp_path / "run"), str(tmp_path / "docs.txt"))
     # 320 texts in steps of 16: the epoch ends at step 20 (at 64 it would be 5).
     assert tf.train.latest_checkpoint(str(tmp_path / "run" / CHECKPOINT_DIR)).endswith("ckpt-20")
@@ -223,8 +260,9 @@ def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
     reference = build_pretraining_model(config.model)
     restore_variables(reference, tf.train.latest_checkpoint(os.path.join(run, CHECKPOINT_DIR)))
     trained = np.asarray(reference.get_layer("encoder").blocks[0].attention._query_dense.kernel)
-    initial = np.asarray(build_pretraining_model(config.model).get_layer("encoder").blocks[0]
-                         .attention._query_dense.kernel)
+    initial = np.asarray(
+        build_pretraining_model(config.model).get_layer("encoder").blocks[0].attention._query_dense.kernel
+    )
     assert np.abs(trained - initial).max() > 1e-3  # the reference really holds trained weights
     for name in ("embedding", "embedding_norm", "encoder"):
         for ours, theirs in zip(classifier.get_layer(name).get_weights(), reference.get_layer(name).get_weights()):
@@ -232,8 +270,7 @@ def test_classifier_starts_from_the_pretrained_weights(pretrained, tmp_path):
     # And the whole command path: the classifier takes the pre-trained vocabulary.
     corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
     classifier_config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1}})
-    report = train_and_evaluate(classifier_config, str(tmp_path / "classifier"), *corpus, export=False,
-                                init_from=run)
+    report = train_and_evaluate(classifier_config, str(tmp_path / "classifier"), *corpus, export=False, init_from=run)
     assert report["examples"] == 64
     assert Tokenizer.load(str(tmp_path / "classifier")).vocabulary == Tokenizer.load(run).vocabulary
 
@@ -254,15 +291,26 @@ def test_a_finished_pretraining_started_again_returns_its_report_and_trains_noth
 
 
 @pytest.mark.slow
-def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_and_it_is_shared(pretrained,
-                                                                                             tmp_path):
+def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_and_it_is_shared(pretrained, tmp_path):
     run, _ = pretrained
     saved = Config.load(os.path.join(run, "config.json"))
-    unread = {"model": {"num_classes": 5, "pooling": "mean", "head_shared_kernel": False},
-              "data": {"label_column": "sentiment"},
-              "train": {"learning_rate": 0.5, "batch_size": 8, "token_dropout": 0.3, "best_metric": "macro_f1",
-                        "keep_best_epoch": False, "pretrain_epochs": 9, "members": 4, "refit": True,
-                        "validation_split": 0.3, "weight_averaging": 0.5, "class_weight": "balanced"}}
+    unread = {
+        "model": {"num_classes": 5, "pooling": "mean", "head_shared_kernel": False},
+        "data": {"label_column": "sentiment"},
+        "train": {
+            "learning_rate": 0.5,
+            "batch_size": 8,
+            "token_dropout": 0.3,
+            "best_metric": "macro_f1",
+            "keep_best_epoch": False,
+            "pretrain_epochs": 9,
+            "members": 4,
+            "refit": True,
+            "validation_split": 0.3,
+            "weight_averaging": 0.5,
+            "class_weight": "balanced",
+        },
+    }
     assert {section: tuple(fields) for section, fields in unread.items()} == UNREAD_FIELDS
     # Nor does its host loop change what it computes.
     host_loop = {"train": {"steps_per_execution": 3, "checkpoint_every": 5}}
@@ -280,13 +328,21 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
     # So a classifier whose own pre-training would differ in those alone
     # starts from the finished one; one that would train otherwise does not.
     vocabulary = Tokenizer.load(run).vocabulary
-    classifier = override(saved, {**unread, "train": {**unread["train"], **host_loop["train"],
-                                                      "pretrain_epochs": saved.train.epochs,
-                                                      "epochs": 2}})
+    classifier = override(
+        saved,
+        {
+            **unread,
+            "train": {**unread["train"], **host_loop["train"], "pretrain_epochs": saved.train.epochs, "epochs": 2},
+        },
+    )
     assert finished_pretraining(classifier, vocabulary, [str(tmp_path), run]) == run
-    for differing in ({"train": {"warmup_fraction": 0.2}}, {"model": {"dropout_rate": 0.1}},
-                      {"train": {"pretrain_epochs": saved.train.epochs + 1}}, {"pretrain": {"learning_rate": 1e-3}},
-                      {"pretrain": {"batch_size": 16}}):
+    for differing in (
+        {"train": {"warmup_fraction": 0.2}},
+        {"model": {"dropout_rate": 0.1}},
+        {"train": {"pretrain_epochs": saved.train.epochs + 1}},
+        {"pretrain": {"learning_rate": 1e-3}},
+        {"pretrain": {"batch_size": 16}},
+    ):
         assert finished_pretraining(override(classifier, differing), vocabulary, [run]) is None, differing
     assert finished_pretraining(classifier, list(reversed(vocabulary)), [run]) is None
 
@@ -297,10 +353,18 @@ def test_a_diverging_masked_lm_names_its_own_learning_rate(tmp_path):
     # send the user to the field that set the rate that diverged.
     texts = tmp_path / "docs.txt"
     texts.write_text("\n".join(text for text, _ in generate(400, seed=5)) + "\n", encoding="utf-8")
-    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 2, "clip_norm": 1e30},
-                               "pretrain": {**TINY["pretrain"], "learning_rate": 1e20}})
-    with pytest.raises(TrainingError, match=r"loss became nan .* Lower pretrain\.learning_rate \(now 1e\+20\) "
-                                            r"or train\.clip_norm \(now 1e\+30\)"):
+    config = Config.from_dict(
+        {
+            **TINY,
+            "train": {**TINY["train"], "epochs": 2, "clip_norm": 1e30},
+            "pretrain": {**TINY["pretrain"], "learning_rate": 1e20},
+        }
+    )
+    with pytest.raises(
+        TrainingError,
+        match=r"loss became nan .* Lower pretrain\.learning_rate \(now 1e\+20\) "
+        r"or train\.clip_norm \(now 1e\+30\)",
+    ):
         pretrain(config, str(tmp_path / "run"), str(texts))
 
 
@@ -316,12 +380,18 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     # The same run as the two commands, to the last digit: with the same
     # config, `pipeline.pretrain` pre-trains for train.pretrain_epochs too.
     config.save(str(tmp_path / "config.json"))
-    pretrain_main(["--text", corpus[0], "--model-dir", str(tmp_path / "pre"),
-                   "--config", str(tmp_path / "config.json")])
+    pretrain_main(
+        ["--text", corpus[0], "--model-dir", str(tmp_path / "pre"), "--config", str(tmp_path / "config.json")]
+    )
     with open(tmp_path / "pre" / "pretrain_metrics.json") as f:
         assert len(json.load(f)["loss_by_epoch"]) == 2
-    two = train_and_evaluate(override(config, {"train": {"pretrain_epochs": 0}}), str(tmp_path / "two"), *corpus,
-                             export=False, init_from=str(tmp_path / "pre"))
+    two = train_and_evaluate(
+        override(config, {"train": {"pretrain_epochs": 0}}),
+        str(tmp_path / "two"),
+        *corpus,
+        export=False,
+        init_from=str(tmp_path / "pre"),
+    )
     assert one["train_loss_by_epoch"] == two["train_loss_by_epoch"]
     assert one["confusion_matrix"] == two["confusion_matrix"]
     # Started again, the run finds both stages done and ends where it ended.
@@ -335,24 +405,31 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     # More members start from the run's own pre-training (other seeds) and
     # export with it as one ensemble: they share its vocabulary.
     member = str(tmp_path / "seed2")
-    other = train_and_evaluate(override(config, {"train": {"pretrain_epochs": 0, "seed": 2}}), member, *corpus,
-                               export=False, init_from=str(tmp_path / "one" / "pretrain"))
+    other = train_and_evaluate(
+        override(config, {"train": {"pretrain_epochs": 0, "seed": 2}}),
+        member,
+        *corpus,
+        export=False,
+        init_from=str(tmp_path / "one" / "pretrain"),
+    )
     assert other["train_loss_by_epoch"] != one["train_loss_by_epoch"]
     export_main(["--model-dir", str(tmp_path / "one"), member, "--export-dir", str(tmp_path / "ensemble")])
     assert os.path.exists(tmp_path / "ensemble" / "1" / "saved_model.pb")
     # A config without pre-training gives pipeline.pretrain no length: it asks for one.
     override(config, {"train": {"pretrain_epochs": 0}}).save(str(tmp_path / "scratch.json"))
     with pytest.raises(SystemExit, match=r"error: train.pretrain_epochs is 0 .* give --epochs"):
-        pretrain_main(["--text", corpus[0], "--model-dir", str(tmp_path / "four"),
-                       "--config", str(tmp_path / "scratch.json")])
+        pretrain_main(
+            ["--text", corpus[0], "--model-dir", str(tmp_path / "four"), "--config", str(tmp_path / "scratch.json")]
+        )
     assert not os.path.exists(tmp_path / "four")  # refused before any work
     # An ensemble member's --vocabulary-from is the pre-training's vocabulary too.
     texts = [text for text, _ in generate(200, seed=9)]
     other = Tokenizer.learn(texts, kind="word", vocabulary_size=40, min_count=1, max_length=24)
     os.makedirs(tmp_path / "vocabulary")
     other.save(str(tmp_path / "vocabulary"))
-    train_and_evaluate(config, str(tmp_path / "member"), *corpus, export=False,
-                       vocabulary_from=str(tmp_path / "vocabulary"))
+    train_and_evaluate(
+        config, str(tmp_path / "member"), *corpus, export=False, vocabulary_from=str(tmp_path / "vocabulary")
+    )
     for run in ("member", os.path.join("member", "pretrain")):
         assert Tokenizer.load(str(tmp_path / run)).vocabulary == other.vocabulary
 
@@ -380,9 +457,13 @@ def test_members_fine_tune_from_the_one_pretraining_export_their_ensemble_and_gr
     assert Config.load(os.path.join(run, "config.json")).train.members == 2
     assert not os.path.exists(os.path.join(member, "pretrain"))  # one pre-training for all
     # Member 2 is the README's recipe (--init-from the run's pre-training, the next seed), to the digit.
-    recipe = train_and_evaluate(override(config, {"train": {"members": 1, "pretrain_epochs": 0, "seed": seed + 1}}),
-                                str(tmp_path / "recipe"), *corpus, export=False,
-                                init_from=os.path.join(run, "pretrain"))
+    recipe = train_and_evaluate(
+        override(config, {"train": {"members": 1, "pretrain_epochs": 0, "seed": seed + 1}}),
+        str(tmp_path / "recipe"),
+        *corpus,
+        export=False,
+        init_from=os.path.join(run, "pretrain"),
+    )
     with open(os.path.join(member, "metrics.json")) as f:
         member_report = json.load(f)
     assert member_report["confusion_matrix"] == recipe["confusion_matrix"]
@@ -391,7 +472,8 @@ def test_members_fine_tune_from_the_one_pretraining_export_their_ensemble_and_gr
     # The export serves the mean of the two members, and the report scores just that.
     examples = read_examples(corpus[1])
     served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
-        text=tf.constant(examples.texts))
+        text=tf.constant(examples.texts)
+    )
     members = [restore_model(directory) for directory in (run, member)]
     ids = members[0][1](tf.constant(examples.texts))
     each = [np.asarray(model(ids)) for model, _, _ in members]
@@ -401,7 +483,8 @@ def test_members_fine_tune_from_the_one_pretraining_export_their_ensemble_and_gr
     # Exported again from its directory, it keeps its members.
     export_main(["--model-dir", run])
     again = tf.saved_model.load(os.path.join(run, "export", "2")).signatures["serving_default"](
-        text=tf.constant(examples.texts))
+        text=tf.constant(examples.texts)
+    )
     np.testing.assert_allclose(again["probabilities"].numpy(), served["probabilities"].numpy(), atol=1e-6)
     # Started again, it finds every member done and reports the same ensemble.
     again = train_and_evaluate(config, run, *corpus, export=False)
@@ -411,7 +494,8 @@ def test_members_fine_tune_from_the_one_pretraining_export_their_ensemble_and_gr
     alone = train_and_evaluate(override(config, {"train": {"members": 1}}), run, *corpus)
     assert "members" not in alone and alone["confusion_matrix"] == single["confusion_matrix"]
     served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
-        text=tf.constant(examples.texts))
+        text=tf.constant(examples.texts)
+    )
     np.testing.assert_allclose(served["probabilities"].numpy(), each[0], atol=1e-5)
 
 
@@ -429,8 +513,16 @@ def test_mismatches_are_clear_errors(pretrained):
         initialize_from(build_model(same), run, same, other)
     # Refused as the command line is read, as a message.
     with pytest.raises(SystemExit, match="error: pretrain.batch_size must be 1 or more, got 0"):
-        pretrain_main(["--text", os.path.join(os.path.dirname(run), "docs.txt"), "--model-dir",
-                       os.path.join(os.path.dirname(run), "never"), "--batch-size", "0"])
+        pretrain_main(
+            [
+                "--text",
+                os.path.join(os.path.dirname(run), "docs.txt"),
+                "--model-dir",
+                os.path.join(os.path.dirname(run), "never"),
+                "--batch-size",
+                "0",
+            ]
+        )
     assert not os.path.exists(os.path.join(os.path.dirname(run), "never"))
 
 
@@ -444,10 +536,10 @@ def test_sentence_order_cuts_documents_into_two_halves_and_swaps_half_of_them():
     for row, ids in enumerate(ordered.merge_dims(1, 2).to_list()):
         assert len(ids) <= 12 and ids[0] == CLS_ID and ids.count(SEP_ID) == 1
         cut = ids.index(SEP_ID)
-        first, second = ids[1:cut], ids[cut + 1:]
+        first, second = ids[1:cut], ids[cut + 1 :]
         halves = second + first if swapped[row] else first + second
         text = [i for i in original[row, 1:] if i != PAD_ID]
-        assert halves == text[:len(halves)] and len(halves) >= len(text) - 3  # the last word may make room
+        assert halves == text[: len(halves)] and len(halves) >= len(text) - 3  # the last word may make room
         if weights[row]:
             assert first and second
     assert weights[-2:].tolist() == [0.0, 0.0] and swapped[-2:].tolist() == [0, 0]  # nothing to cut
@@ -462,8 +554,13 @@ def test_sentence_order_prediction_learns_and_the_classifier_starts_from_it(tmp_
     words = [f"w{i}" for i in range(40)]
     docs = ["alpha " + " ".join(rng.choices(words, k=rng.randint(4, 12))) + " omega" for _ in range(1600)]
     (tmp_path / "docs.txt").write_text("\n".join(docs) + "\n", encoding="utf-8")
-    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 5},
-                               "pretrain": {**TINY["pretrain"], "sentence_order": True, "learning_rate": 1e-2}})
+    config = Config.from_dict(
+        {
+            **TINY,
+            "train": {**TINY["train"], "epochs": 5},
+            "pretrain": {**TINY["pretrain"], "sentence_order": True, "learning_rate": 1e-2},
+        }
+    )
     run = str(tmp_path / "run")
     report = pretrain(config, run, str(tmp_path / "docs.txt"))
     assert report["sentence_order_examples"] == 1600
@@ -491,8 +588,19 @@ def test_members_hold_out_one_slice_refit_on_all_training_files_and_eval_scores_
 
     corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
     # The default held-out slice and refit.
-    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "pretrain_epochs": 1, "members": 2,
-                                                 "validation_split": 0.1, "refit": True}})
+    config = Config.from_dict(
+        {
+            **TINY,
+            "train": {
+                **TINY["train"],
+                "epochs": 1,
+                "pretrain_epochs": 1,
+                "members": 2,
+                "validation_split": 0.1,
+                "refit": True,
+            },
+        }
+    )
     run = str(tmp_path / "run")
     report = train_and_evaluate(config, run, *corpus)
     member = os.path.join(run, "members", "2")
@@ -504,9 +612,24 @@ def test_members_hold_out_one_slice_refit_on_all_training_files_and_eval_scores_
     assert latest.endswith(f"ckpt-{len(kept_examples) // 32}") and len(kept_examples) // 32 != 320 // 32
     # Member 2's refit is, to the digit, a run from the pre-training on all the training files.
     recipe = str(tmp_path / "recipe")
-    train_and_evaluate(override(config, {"train": {"members": 1, "pretrain_epochs": 0, "refit": False,
-                                                   "validation_split": 0.0, "seed": config.train.seed + 1}}),
-                       recipe, *corpus, export=False, init_from=os.path.join(run, "pretrain"))
+    train_and_evaluate(
+        override(
+            config,
+            {
+                "train": {
+                    "members": 1,
+                    "pretrain_epochs": 0,
+                    "refit": False,
+                    "validation_split": 0.0,
+                    "seed": config.train.seed + 1,
+                }
+            },
+        ),
+        recipe,
+        *corpus,
+        export=False,
+        init_from=os.path.join(run, "pretrain"),
+    )
     for value, expected in zip(restore_model(member)[0].get_weights(), restore_model(recipe)[0].get_weights()):
         np.testing.assert_array_equal(value, expected)
     # The export serves the mean of the refits, which the report scores on the evaluation files; its
@@ -520,8 +643,11 @@ def test_members_hold_out_one_slice_refit_on_all_training_files_and_eval_scores_
         return np.mean(predicted == np.asarray(examples.labels))
 
     examples = read_examples(corpus[1])
-    served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
-        text=tf.constant(examples.texts))["probabilities"].numpy()
+    served = (
+        tf.saved_model.load(latest_export(os.path.join(run, "export")))
+        .signatures["serving_default"](text=tf.constant(examples.texts))["probabilities"]
+        .numpy()
+    )
     refits, kept = ([restore_model(d, refit=refit)[0] for d in (run, member)] for refit in (True, False))
     ids = tokenizer(tf.constant(examples.texts))
     np.testing.assert_allclose(served, np.mean([np.asarray(m(ids)) for m in refits], axis=0), atol=1e-5)

@@ -27,12 +27,13 @@ def _tfrecord(path, rows):
 
 
 def test_every_format_reads_the_same_examples(tmp_path):
-    rows = [("good film", "pos"), ("bad, \"quoted\" film", "neg")]
+    rows = [("good film", "pos"), ('bad, "quoted" film', "neg")]
     paths = [
         _write(tmp_path / "a.csv", 'text,label\ngood film,pos\n"bad, ""quoted"" film",neg\n'),
         _write(tmp_path / "a.tsv", 'text\tlabel\ngood film\tpos\nbad, "quoted" film\tneg\n'),
-        _write(tmp_path / "a.jsonl", "".join(json.dumps({"text": text, "label": label}) + "\n"
-                                             for text, label in rows)),
+        _write(
+            tmp_path / "a.jsonl", "".join(json.dumps({"text": text, "label": label}) + "\n" for text, label in rows)
+        ),
         _tfrecord(tmp_path / "a.tfrecord", [(text.encode(), label.encode()) for text, label in rows]),
     ]
     for path in paths:
@@ -77,8 +78,10 @@ def test_bad_jsonl_and_tfrecord_rows(tmp_path):
     with pytest.raises(DataError, match=r"a.jsonl:2: not valid JSON"):
         read_examples(jsonl)
     examples = read_examples(jsonl, skip_bad_rows=True)
-    assert len(examples) == 1 and examples.skipped == {"not valid JSON (Expecting ',' delimiter)": 1,
-                                                       "missing or empty text": 1}
+    assert len(examples) == 1 and examples.skipped == {
+        "not valid JSON (Expecting ',' delimiter)": 1,
+        "missing or empty text": 1,
+    }
     record = _tfrecord(tmp_path / "a.tfrecord", [(b"ok", b"a"), (b"\xffno", b"a")])
     with pytest.raises(DataError, match=r"a.tfrecord:record 1: bytes that are not UTF-8.*xffno"):
         read_examples(record)
@@ -96,8 +99,11 @@ def test_a_damaged_tfrecord_file_names_the_first_unreadable_record(tmp_path):
     flipped = _write(tmp_path / "flipped.tfrecord", bytes(flipped))
     # Not a bad row to skip: what follows the damage cannot even be counted.
     for skip in (False, True):
-        with pytest.raises(DataError, match=rf"cut.tfrecord:record {count - 1}: damaged TFRecord file, "
-                                            r"unreadable from this record on \(truncated record at byte \d+\)"):
+        with pytest.raises(
+            DataError,
+            match=rf"cut.tfrecord:record {count - 1}: damaged TFRecord file, "
+            r"unreadable from this record on \(truncated record at byte \d+\)",
+        ):
             read_examples(cut, skip_bad_rows=skip)
         with pytest.raises(DataError, match=r"flipped.tfrecord:record 0: damaged .*corrupted record at byte \d+\)"):
             read_examples(flipped, skip_bad_rows=skip)

@@ -57,8 +57,11 @@ def test_outputs_ignore_padding_content():
     noisy = hidden.copy()
     noisy[~mask] = 1e3 * np.random.default_rng(3).normal(size=noisy[~mask].shape)
     perturbed = np.asarray(encoder(noisy, mask=mask))
-    np.testing.assert_allclose(perturbed[:, :, :4][mask[:, None, :4].repeat(3, 1)],
-                               reference[:, :, :4][mask[:, None, :4].repeat(3, 1)], atol=1e-5)
+    np.testing.assert_allclose(
+        perturbed[:, :, :4][mask[:, None, :4].repeat(3, 1)],
+        reference[:, :, :4][mask[:, None, :4].repeat(3, 1)],
+        atol=1e-5,
+    )
 
 
 def test_attention_maps_of_every_layer_and_head():

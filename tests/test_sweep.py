@@ -30,13 +30,25 @@ from tuning.search_space import SEARCH_SPACE, narrow, sample
 from tuning.sweep import run_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BASE = {"model": {"max_length": 16}, "data": WORD_TOKENS,
-        "train": {"epochs": 1, "checkpoint_every": 5, "pretrain_epochs": 0}}
-SPACE = {"embedding_size": 16, "hidden_size": [32, 64], "num_heads": 2,
-         "num_layers": {"min": 1, "max": 2, "step": 1}, "intermediate_multiple": 2,
-         "dropout_rate": 0.0, "sharing": ["all", "none"], "pooling": ["flatten", "mean"],
-         "learning_rate": {"min": 1e-3, "max": 3e-3}, "warmup_fraction": 0.0, "batch_size": 32,
-         "pretrain_learning_rate": 3e-3}
+BASE = {
+    "model": {"max_length": 16},
+    "data": WORD_TOKENS,
+    "train": {"epochs": 1, "checkpoint_every": 5, "pretrain_epochs": 0},
+}
+SPACE = {
+    "embedding_size": 16,
+    "hidden_size": [32, 64],
+    "num_heads": 2,
+    "num_layers": {"min": 1, "max": 2, "step": 1},
+    "intermediate_multiple": 2,
+    "dropout_rate": 0.0,
+    "sharing": ["all", "none"],
+    "pooling": ["flatten", "mean"],
+    "learning_rate": {"min": 1e-3, "max": 3e-3},
+    "warmup_fraction": 0.0,
+    "batch_size": 32,
+    "pretrain_learning_rate": 3e-3,
+}
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +68,11 @@ def _trials(directory):
 
 def test_choices_default_to_the_base_config_where_it_is_one():
     hp = keras_tuner.HyperParameters()
-    base = {"model": {"embedding_size": 128, "hidden_size": 256, "intermediate_size": 1024},
-            "data": {"vocabulary_size": 8000}, "train": {"batch_size": 16}}
+    base = {
+        "model": {"embedding_size": 128, "hidden_size": 256, "intermediate_size": 1024},
+        "data": {"vocabulary_size": 8000},
+        "train": {"batch_size": 16},
+    }
     sample(hp, SEARCH_SPACE, Config.from_dict(base))
     assert hp.values["vocabulary_size"] == 8000 and hp.values["batch_size"] == 16
     assert hp.values["embedding_size"] == 128  # the base config's, not the first choice (64)
@@ -78,16 +93,28 @@ def test_trials_pretrain_with_their_own_shapes_then_start_from_it_and_share_it(t
     config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}})
     # Trials are single models: an ensemble setting is refused before any work.
     with pytest.raises(ValueError, match="train.members is 3: sweeps compare single models"):
-        run_sweep(Config.from_dict({**BASE, "train": {**BASE["train"], "members": 3}}), str(tmp_path / "members"),
-                  *corpus)
+        run_sweep(
+            Config.from_dict({**BASE, "train": {**BASE["train"], "members": 3}}), str(tmp_path / "members"), *corpus
+        )
     assert not os.path.exists(tmp_path / "members")
     # Every other hyperparameter fixed: two widths and two poolings are the only four trials.
-    space = {**SPACE, "num_layers": 1, "sharing": "all", "pooling": ["flatten", "mean"], "learning_rate": 2e-3,
-             "token_dropout": 0.0, "vocabulary_size": 4000}
+    space = {
+        **SPACE,
+        "num_layers": 1,
+        "sharing": "all",
+        "pooling": ["flatten", "mean"],
+        "learning_rate": 2e-3,
+        "token_dropout": 0.0,
+        "vocabulary_size": 4000,
+    }
     directory = str(tmp_path / "sweep")
     rows = run_sweep(config, directory, *corpus, "random", max_trials=5, space_overrides=space)
     assert sorted((row["hidden_size"], row["pooling"]) for row in rows) == [
-        (32, "flatten"), (32, "mean"), (64, "flatten"), (64, "mean")]
+        (32, "flatten"),
+        (32, "mean"),
+        (64, "flatten"),
+        (64, "mean"),
+    ]
     # The pooling is the classifier's alone: one pre-training per width, the
     # width's other trial starting from it.
     own = {}
@@ -120,8 +147,9 @@ def test_trials_pretrain_with_their_own_shapes_then_start_from_it_and_share_it(t
 @pytest.mark.slow
 def test_every_random_trial_completes_with_a_score(tmp_path, corpus):
     directory = str(tmp_path / "sweep")
-    rows = run_sweep(Config.from_dict(BASE), directory, *corpus, "random", max_trials=3,
-                     space_overrides=SPACE, export_best=True)
+    rows = run_sweep(
+        Config.from_dict(BASE), directory, *corpus, "random", max_trials=3, space_overrides=SPACE, export_best=True
+    )
     assert len(rows) == 3
     for row in rows:
         assert row["status"] == "COMPLETED", row
@@ -140,8 +168,15 @@ def test_every_random_trial_completes_with_a_score(tmp_path, corpus):
 @pytest.mark.parametrize("tuner, objective", [("hyperband", "val_macro_f1"), ("bayesian", "val_loss")])
 def test_hyperband_and_bayesian_trials_complete(tmp_path, corpus, tuner, objective):
     base = {**BASE, "train": {**BASE["train"], "epochs": 2}}
-    rows = run_sweep(Config.from_dict(base), str(tmp_path / tuner), *corpus, tuner, max_trials=2,
-                     objective=objective, space_overrides=SPACE)
+    rows = run_sweep(
+        Config.from_dict(base),
+        str(tmp_path / tuner),
+        *corpus,
+        tuner,
+        max_trials=2,
+        objective=objective,
+        space_overrides=SPACE,
+    )
     assert len(rows) >= 2 and all(r["status"] == "COMPLETED" for r in rows)
     assert all(r["score"] == r[objective] for r in rows)
     scores = [r["score"] for r in rows]  # the best trial first: the lowest loss, the highest macro-F1
@@ -151,11 +186,20 @@ def test_hyperband_and_bayesian_trials_complete(tmp_path, corpus, tuner, objecti
 @pytest.mark.slow
 def test_trials_learn_the_vocabulary_size_they_sample(tmp_path, corpus):
     # Every other hyperparameter fixed: the two sizes are the only two trials.
-    space = {**SPACE, "hidden_size": 32, "num_layers": 1, "sharing": "all", "pooling": "mean",
-             "learning_rate": 2e-3, "token_dropout": 0.0, "vocabulary_size": [30, 60]}
+    space = {
+        **SPACE,
+        "hidden_size": 32,
+        "num_layers": 1,
+        "sharing": "all",
+        "pooling": "mean",
+        "learning_rate": 2e-3,
+        "token_dropout": 0.0,
+        "vocabulary_size": [30, 60],
+    }
     directory = str(tmp_path / "vocabularies")
-    rows = run_sweep(Config.from_dict(BASE), directory, *corpus, "random", max_trials=3,
-                     space_overrides=space, export_best=True)
+    rows = run_sweep(
+        Config.from_dict(BASE), directory, *corpus, "random", max_trials=3, space_overrides=space, export_best=True
+    )
     assert sorted(row["vocabulary_size"] for row in rows) == [30, 60]
     assert all(row["status"] == "COMPLETED" for row in rows)
     base = Tokenizer.load(directory)  # the run's own, 4,000 at most: every word of the corpus
@@ -168,7 +212,7 @@ def test_trials_learn_the_vocabulary_size_they_sample(tmp_path, corpus):
         tokenizers[row["trial"]] = Tokenizer.load(trial_dir)
         vocabulary = tokenizers[row["trial"]].vocabulary
         # The word tokenizer keeps the most frequent words: the base's first ones.
-        assert vocabulary == base.vocabulary[:row["vocabulary_size"]]
+        assert vocabulary == base.vocabulary[: row["vocabulary_size"]]
         assert saved["data"]["vocabulary_size"] == saved["model"]["vocabulary_size"] == len(vocabulary)
     # The export tokenizes as the best trial did, and the two trials differ.
     best, other = (row["trial"] for row in rows)
@@ -192,8 +236,15 @@ def test_a_trial_directory_holding_another_vocabulary_is_refused(tmp_path, corpu
     texts = read_split(corpus[0], config.data).texts
     assert learn_tokenizer(texts, small, 16).vocabulary == learned.vocabulary
 
-    fixed = {**SPACE, "hidden_size": 32, "num_layers": 1, "sharing": "all", "pooling": "mean",
-             "learning_rate": 2e-3, "token_dropout": 0.0}
+    fixed = {
+        **SPACE,
+        "hidden_size": 32,
+        "num_layers": 1,
+        "sharing": "all",
+        "pooling": "mean",
+        "learning_rate": 2e-3,
+        "token_dropout": 0.0,
+    }
     # KerasTuner's first build, which learns the space, takes the defaults:
     # the base config's size where it is a choice, so nothing is learned.
     base_size = config.data.vocabulary_size
@@ -221,8 +272,18 @@ def test_a_trial_pretraining_keeps_the_sweeps_tpu_precision(tmp_path, corpus):
     prepared = prepare_data(config, str(tmp_path), *corpus)
     config = prepared.config
     data = Vocabularies(prepared, 16, corpus)
-    space = narrow(SEARCH_SPACE, {**SPACE, "hidden_size": 32, "num_layers": 1, "sharing": "all",
-                                  "pooling": "mean", "learning_rate": 2e-3, "token_dropout": 0.0})
+    space = narrow(
+        SEARCH_SPACE,
+        {
+            **SPACE,
+            "hidden_size": 32,
+            "num_layers": 1,
+            "sharing": "all",
+            "pooling": "mean",
+            "learning_rate": 2e-3,
+            "token_dropout": 0.0,
+        },
+    )
     hypermodel = ClassifierHyperModel(config, space, data, tf.distribute.get_strategy(), tpu="local")
     hp = keras_tuner.HyperParameters()
     try:
@@ -234,9 +295,25 @@ def test_a_trial_pretraining_keeps_the_sweeps_tpu_precision(tmp_path, corpus):
 
 
 def _command(directory, corpus, config_path, max_trials, tuner="random"):
-    return [sys.executable, "-m", "tuning.sweep", "--train", corpus[0], "--eval", corpus[1],
-            "--directory", directory, "--tuner", tuner, "--max-trials", str(max_trials),
-            "--config", config_path, "--space", json.dumps(SPACE)]
+    return [
+        sys.executable,
+        "-m",
+        "tuning.sweep",
+        "--train",
+        corpus[0],
+        "--eval",
+        corpus[1],
+        "--directory",
+        directory,
+        "--tuner",
+        tuner,
+        "--max-trials",
+        str(max_trials),
+        "--config",
+        config_path,
+        "--space",
+        json.dumps(SPACE),
+    ]
 
 
 def _config_file(tmp_path):
@@ -252,10 +329,16 @@ def test_chief_and_two_workers_share_the_trials(tmp_path, corpus):
     command = _command(directory, corpus, _config_file(tmp_path), max_trials=4)
     processes = {}
     for tuner_id in ("chief", "tuner0", "tuner1"):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERASTUNER_TUNER_ID=tuner_id,
-                   KERASTUNER_ORACLE_IP="127.0.0.1", KERASTUNER_ORACLE_PORT=port)
-        processes[tuner_id] = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                               stderr=subprocess.STDOUT, text=True)
+        env = dict(
+            os.environ,
+            TF_CPP_MIN_LOG_LEVEL="2",
+            KERASTUNER_TUNER_ID=tuner_id,
+            KERASTUNER_ORACLE_IP="127.0.0.1",
+            KERASTUNER_ORACLE_PORT=port,
+        )
+        processes[tuner_id] = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         if tuner_id == "chief":
             time.sleep(3)  # let the chief open its port first
     try:
@@ -291,8 +374,7 @@ def test_interrupted_sweep_continues_without_rerunning_trials(tmp_path, corpus):
     process.send_signal(signal.SIGKILL)
     process.wait()
     done = {t["trial_id"]: t for t in _trials(directory) if t["status"] == "COMPLETED"}
-    weights = {i: os.path.getmtime(os.path.join(directory, "trials", f"trial_{i}", "best.weights.h5"))
-               for i in done}
+    weights = {i: os.path.getmtime(os.path.join(directory, "trials", f"trial_{i}", "best.weights.h5")) for i in done}
     finished = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
     trials = {t["trial_id"]: t for t in _trials(directory)}
@@ -321,8 +403,13 @@ def _die_while_writing(monkeypatch, name):
         raise _Killed(name)
 
     gfile_write = tf.io.gfile.GFile.write
-    monkeypatch.setattr(tf.io.gfile.GFile, "write", lambda self, text: (
-        dying_write(lambda t: gfile_write(self, t), text) if doomed(self.name) else gfile_write(self, text)))
+    monkeypatch.setattr(
+        tf.io.gfile.GFile,
+        "write",
+        lambda self, text: (
+            dying_write(lambda t: gfile_write(self, t), text) if doomed(self.name) else gfile_write(self, text)
+        ),
+    )
 
     class DyingFile:
         def __init__(self, f):
@@ -346,9 +433,12 @@ def _die_while_writing(monkeypatch, name):
 
 def _tuner(directory, kind):
     """What each run of a sweep builds on the same directory (no training)."""
-    return SweepTuner(oracle=make_oracle(kind, "val_accuracy", max_trials=5, seed=1, max_epochs=3),
-                      hypermodel=lambda hp: hp.Choice("units", [8, 16, 32, 64]),
-                      directory=str(directory), project_name="trials")
+    return SweepTuner(
+        oracle=make_oracle(kind, "val_accuracy", max_trials=5, seed=1, max_epochs=3),
+        hypermodel=lambda hp: hp.Choice("units", [8, 16, 32, 64]),
+        directory=str(directory),
+        project_name="trials",
+    )
 
 
 def _one_completed_trial(tuner):
@@ -365,9 +455,11 @@ def test_a_sweep_killed_while_writing_its_state_reloads(tmp_path, monkeypatch, k
     tuner = functools.partial(_tuner, tmp_path, kind)
     first = tuner()
     done = _one_completed_trial(first)
-    for name, write in [("trial.json", lambda run: run.oracle.create_trial(run.tuner_id)),
-                        ("oracle.json", lambda run: run.save()),
-                        (os.path.basename(first._get_tuner_fname()), lambda run: run.save())]:
+    for name, write in [
+        ("trial.json", lambda run: run.oracle.create_trial(run.tuner_id)),
+        ("oracle.json", lambda run: run.save()),
+        (os.path.basename(first._get_tuner_fname()), lambda run: run.save()),
+    ]:
         run = tuner()  # the run after the last one was killed
         with monkeypatch.context() as patch:
             _die_while_writing(patch, name)
@@ -385,6 +477,7 @@ def test_a_trial_started_just_before_a_kill_runs_again(tmp_path, monkeypatch, ki
     first = _tuner(tmp_path, kind)
     done = _one_completed_trial(first)
     run = _tuner(tmp_path, kind)
+
     def killed(oracle):
         raise _Killed("oracle.json")
 

@@ -14,9 +14,7 @@ def test_layer_contract():
 def test_golden_row_length_4_channels_6():
     # sin(3), sin(0.03), sin(0.0003), cos(3), cos(0.03), cos(0.0003)
     signal = np.asarray(get_timing_signal_1d(4, 6))
-    np.testing.assert_allclose(
-        signal[3], [0.14112, 0.03, 0.0003, -0.98999, 0.99955, 1.0], atol=5e-5
-    )
+    np.testing.assert_allclose(signal[3], [0.14112, 0.03, 0.0003, -0.98999, 0.99955, 1.0], atol=5e-5)
     np.testing.assert_allclose(signal[0], [0, 0, 0, 1, 1, 1], atol=1e-7)
 
 

@@ -5,8 +5,14 @@ import tensorflow as tf
 from pipeline.dataset import tokenize
 from pipeline.tokenizer import CLS_ID, PAD_ID, RESERVED_TOKENS, UNK_ID, Tokenizer
 
-CORPUS = ["The cat sat on the mat.", "The dog sat!", "the cats and the dogs",
-          "我爱北京天安门", "北京很大", "café CAFÉ café"] * 2 + ["rare word"]
+CORPUS = [
+    "The cat sat on the mat.",
+    "The dog sat!",
+    "the cats and the dogs",
+    "我爱北京天安门",
+    "北京很大",
+    "café CAFÉ café",
+] * 2 + ["rare word"]
 
 
 def _tokens(tokenizer, text):

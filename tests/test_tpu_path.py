@@ -36,8 +36,13 @@ def _tpu_config(replicas, **train):
     """What `--tpu` runs on `replicas` cores, at the tests' size: 20 steps an
     epoch in host loops of 4."""
     config = override(Config.from_dict(TINY), tpu_defaults(replicas))
-    return override(config, {"train": {"batch_size": 32, "steps_per_execution": 4, "checkpoint_every": 8, **train},
-                             "pretrain": {"batch_size": 32}})
+    return override(
+        config,
+        {
+            "train": {"batch_size": 32, "steps_per_execution": 4, "checkpoint_every": 8, **train},
+            "pretrain": {"batch_size": 32},
+        },
+    )
 
 
 @pytest.mark.slow
@@ -47,8 +52,9 @@ def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, 
     results = {}
     for jit_compile in (False, True):
         config = _tpu_config(replicas, jit_compile=jit_compile)
-        run = train_and_evaluate(config, str(tmp_path / f"train_{jit_compile}"), *corpus, strategy=strategy,
-                                 export=False)
+        run = train_and_evaluate(
+            config, str(tmp_path / f"train_{jit_compile}"), *corpus, strategy=strategy, export=False
+        )
         assert not fast_path.enabled()  # the layers are plain Keras, as on a TPU
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
         masked_lm = pretrain(config, str(tmp_path / f"pretrain_{jit_compile}"), [corpus[0]], strategy=strategy)
@@ -66,8 +72,15 @@ def test_tpu_batches_have_static_shapes(corpus, two_replicas):
     length_bucket = usable_length_bucket(config, strategy)
     assert length_bucket == 0
     classification = train_dataset(split, config.train.batch_size, seed=1, length_bucket=length_bucket)
-    masked = masked_lm_dataset(word_ids_of(examples.texts, tokenizer), len(tokenizer.vocabulary), tokenizer.max_length,
-                               config.pretrain.batch_size, config.pretrain, seed=1, length_bucket=length_bucket)
+    masked = masked_lm_dataset(
+        word_ids_of(examples.texts, tokenizer),
+        len(tokenizer.vocabulary),
+        tokenizer.max_length,
+        config.pretrain.batch_size,
+        config.pretrain,
+        seed=1,
+        length_bucket=length_bucket,
+    )
     for dataset in (classification, masked):
         for spec in tf.nest.flatten(dataset.element_spec):
             assert spec.shape.is_fully_defined(), dataset.element_spec
@@ -113,8 +126,7 @@ def test_plain_layers_compute_what_the_fast_path_does():
         plain = outputs_and_gradients()
     np.testing.assert_allclose(plain[0], fast[0], atol=2e-5)
     for plain_gradient, fast_gradient in zip(plain[1], fast[1]):
-        np.testing.assert_allclose(tf.convert_to_tensor(plain_gradient), tf.convert_to_tensor(fast_gradient),
-                                   atol=2e-4)
+        np.testing.assert_allclose(tf.convert_to_tensor(plain_gradient), tf.convert_to_tensor(fast_gradient), atol=2e-4)
 
 
 def test_tpu_defaults_scale_with_the_replicas_and_yield_to_the_config_file_and_flags(tmp_path, two_replicas):
@@ -126,5 +138,8 @@ def test_tpu_defaults_scale_with_the_replicas_and_yield_to_the_config_file_and_f
     assert config.pretrain.batch_size == 2 * tpu_defaults(1)["pretrain"]["batch_size"]
     assert (config.train.steps_per_execution, config.train.checkpoint_every) == (50, 300)
     assert (config.train.length_bucket, config.train.precision, config.train.cpu_fast_path) == (
-        0, "mixed_bfloat16", False)
+        0,
+        "mixed_bfloat16",
+        False,
+    )
     assert run_config(None, {}, strategy) == Config()  # without --tpu, the defaults

@@ -35,8 +35,15 @@ TINY = {
     "data": WORD_TOKENS,
     # Pre-training (on by default) has tests of its own in test_pretrain.py; the held-out slice of the
     # training files and the refit (on by default) theirs below (DEFAULT_SPLIT).
-    "train": {"batch_size": 32, "epochs": 2, "learning_rate": 3e-3, "checkpoint_every": 10, "pretrain_epochs": 0,
-              "validation_split": 0.0, "refit": False},
+    "train": {
+        "batch_size": 32,
+        "epochs": 2,
+        "learning_rate": 3e-3,
+        "checkpoint_every": 10,
+        "pretrain_epochs": 0,
+        "validation_split": 0.0,
+        "refit": False,
+    },
 }
 # TINY with the default validation_split and refit.
 DEFAULT_SPLIT = {**TINY, "train": {k: v for k, v in TINY["train"].items() if k not in ("validation_split", "refit")}}
@@ -73,8 +80,9 @@ def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus, two_rep
     # 8): the replicas' all-reduce must take embedding gradients of both sizes.
     single = train_and_evaluate(_config(), str(tmp_path / "one"), *corpus, export=False)
     mirrored = two_replicas
-    double = train_and_evaluate(_config(steps_per_execution=4), str(tmp_path / "two"), *corpus,
-                                strategy=mirrored, export=False)
+    double = train_and_evaluate(
+        _config(steps_per_execution=4), str(tmp_path / "two"), *corpus, strategy=mirrored, export=False
+    )
     assert double["train_loss_by_epoch"][2] < double["train_loss_by_epoch"][1]
     assert double["examples"] == single["examples"] == 200
     assert abs(double["accuracy"] - single["accuracy"]) <= 0.02, (single, double)
@@ -84,8 +92,10 @@ def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus, two_rep
 @pytest.mark.slow
 def test_batch_sizes_the_replicas_cannot_share_are_refused_by_field_before_any_work(tmp_path, corpus, two_replicas):
     mirrored = two_replicas
-    cases = [(_config(batch_size=33), "train.batch_size 33"),
-             (override(_config(pretrain_epochs=1), {"pretrain": {"batch_size": 15}}), "pretrain.batch_size 15")]
+    cases = [
+        (_config(batch_size=33), "train.batch_size 33"),
+        (override(_config(pretrain_epochs=1), {"pretrain": {"batch_size": 15}}), "pretrain.batch_size 15"),
+    ]
     for config, named in cases:
         with pytest.raises(ValueError, match=re.escape(f"{named} does not divide evenly among the 2 replicas")):
             train_and_evaluate(config, str(tmp_path / "run"), *corpus, strategy=mirrored)
@@ -94,8 +104,16 @@ def test_batch_sizes_the_replicas_cannot_share_are_refused_by_field_before_any_w
         pretrain(cases[1][0], str(tmp_path / "pretrain"), [corpus[0]], strategy=mirrored)
     assert not (tmp_path / "pretrain").exists()
     # Without pre-training its batch size is not read.
-    assert train_and_evaluate(override(_config(epochs=1), {"pretrain": {"batch_size": 15}}),
-                              str(tmp_path / "run"), *corpus, strategy=mirrored, export=False)["examples"] == 200
+    assert (
+        train_and_evaluate(
+            override(_config(epochs=1), {"pretrain": {"batch_size": 15}}),
+            str(tmp_path / "run"),
+            *corpus,
+            strategy=mirrored,
+            export=False,
+        )["examples"]
+        == 200
+    )
 
 
 def test_prediction_scores_every_example_once_from_two_replicas(tmp_path, two_replicas):
@@ -105,8 +123,13 @@ def test_prediction_scores_every_example_once_from_two_replicas(tmp_path, two_re
     split = _random_split(10)
     with mirrored.scope():
         model = build_model(model_config)
-        trainer = Trainer(model, build_optimizer(config.train, 10), mirrored,
-                          dataclasses.replace(config.train, batch_size=4), str(tmp_path))
+        trainer = Trainer(
+            model,
+            build_optimizer(config.train, 10),
+            mirrored,
+            dataclasses.replace(config.train, batch_size=4),
+            str(tmp_path),
+        )
     probabilities, labels = trainer.predict(split)  # 10 rows in 3 global batches of 2 x 2
     np.testing.assert_array_equal(labels, split.labels)
     np.testing.assert_allclose(probabilities, model(split.ids), atol=1e-6)
@@ -119,8 +142,9 @@ def test_kept_weights_are_the_best_epochs_or_the_last(tmp_path, keep_best_epoch)
     model_config = dataclasses.replace(config.model, vocabulary_size=30, num_classes=3)
     split = _random_split(64)
     model = build_model(model_config)
-    trainer = Trainer(model, build_optimizer(config.train, 6), tf.distribute.get_strategy(), config.train,
-                      str(tmp_path))
+    trainer = Trainer(
+        model, build_optimizer(config.train, 6), tf.distribute.get_strategy(), config.train, str(tmp_path)
+    )
     weights = []
 
     def on_epoch_end(epoch):
@@ -147,8 +171,13 @@ def test_weight_averaging_scores_and_keeps_the_moving_average_of_the_trained_wei
         config = _config(weight_averaging=averaging)  # TINY: no dropout
         keras.utils.set_random_seed(0)  # the same initial weights
         model = build_model(dataclasses.replace(config.model, vocabulary_size=30, num_classes=3))
-        trainer = Trainer(model, build_optimizer(config.train, 8), tf.distribute.get_strategy(), config.train,
-                          str(tmp_path / str(averaging)))
+        trainer = Trainer(
+            model,
+            build_optimizer(config.train, 8),
+            tf.distribute.get_strategy(),
+            config.train,
+            str(tmp_path / str(averaging)),
+        )
         weights = [[w.numpy() for w in model.trainable_variables]]
         scores = iter([0.1, 0.2, 0.9, 0.3, 0.4, 0.5, 0.6, 0.7])  # the third step scores best
 
@@ -185,12 +214,17 @@ def test_same_seed_gives_identical_metrics_with_any_host_loop(tmp_path, corpus):
     # 20 steps: one per call, then host loops of 7 cut short by the
     # checkpoints every 6 and by the epoch's end (6, 6, 6, 2).
     first = train_and_evaluate(_config(epochs=1, steps_per_execution=1), str(tmp_path / "a"), *corpus, export=False)
-    second = train_and_evaluate(_config(epochs=1, steps_per_execution=7, checkpoint_every=6), str(tmp_path / "b"),
-                                *corpus, export=False)
+    second = train_and_evaluate(
+        _config(epochs=1, steps_per_execution=7, checkpoint_every=6), str(tmp_path / "b"), *corpus, export=False
+    )
     assert first == second
     np.testing.assert_array_equal(_probabilities(tmp_path / "a"), _probabilities(tmp_path / "b"))
-    assert [os.path.basename(path) for path in tf.train.get_checkpoint_state(
-        os.path.join(tmp_path, "b", CHECKPOINT_DIR)).all_model_checkpoint_paths] == ["ckpt-18", "ckpt-20"]
+    assert [
+        os.path.basename(path)
+        for path in tf.train.get_checkpoint_state(
+            os.path.join(tmp_path, "b", CHECKPOINT_DIR)
+        ).all_model_checkpoint_paths
+    ] == ["ckpt-18", "ckpt-20"]
 
 
 @pytest.mark.slow
@@ -208,8 +242,11 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
     kernel = model.get_layer("head").logits.kernel
     good = np.asarray(kernel).copy()
     kernel.assign(np.full(kernel.shape, np.nan, "float32"))
-    with pytest.raises(TrainingError, match=r"loss became nan .*last good checkpoint is kept: .*ckpt-20\. Lower "
-                                            r"train\.learning_rate \(now 0\.003\) or train\.clip_norm \(now 1\.0\)"):
+    with pytest.raises(
+        TrainingError,
+        match=r"loss became nan .*last good checkpoint is kept: .*ckpt-20\. Lower "
+        r"train\.learning_rate \(now 0\.003\) or train\.clip_norm \(now 1\.0\)",
+    ):
         trainer.fit(functools.partial(train_dataset, train, 32, 0), len(train), epochs=2)
     assert tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR)) == saved
     restored = build_model(config.model)
@@ -219,8 +256,21 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
 
 
 def _train_command(model_dir, corpus, config_path):
-    return [sys.executable, "-m", "pipeline.train", "--model-dir", model_dir, "--train", corpus[0],
-            "--eval", corpus[1], "--config", config_path, "--checkpoint-every", "3"]
+    return [
+        sys.executable,
+        "-m",
+        "pipeline.train",
+        "--model-dir",
+        model_dir,
+        "--train",
+        corpus[0],
+        "--eval",
+        corpus[1],
+        "--config",
+        config_path,
+        "--checkpoint-every",
+        "3",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -231,12 +281,23 @@ def killable(tmp_path_factory, corpus):
     directory = tmp_path_factory.mktemp("killable")
     config_path = str(directory / "tiny.json")
     with open(config_path, "w") as f:
-        json.dump({**DEFAULT_SPLIT, "model": {**TINY["model"], "dropout_rate": 0.1},
-                   "train": {**DEFAULT_SPLIT["train"], "token_dropout": 0.1}}, f)
+        json.dump(
+            {
+                **DEFAULT_SPLIT,
+                "model": {**TINY["model"], "dropout_rate": 0.1},
+                "train": {**DEFAULT_SPLIT["train"], "token_dropout": 0.1},
+            },
+            f,
+        )
     run = str(directory / "whole")
-    uninterrupted = subprocess.run(_train_command(run, corpus, config_path), cwd=ROOT,
-                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True, text=True,
-                                   timeout=300)
+    uninterrupted = subprocess.run(
+        _train_command(run, corpus, config_path),
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     return config_path, run
 
@@ -250,8 +311,9 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
     killed_dir = str(tmp_path / "killed")
     fine_tuning_steps = len(_held_out(corpus)[0]) // 32 * 2  # on the training examples not held out
     for stage in ("", REFIT_DIR):
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                   text=True)
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
         deadline = time.time() + 180
         while not os.path.exists(os.path.join(killed_dir, stage, CHECKPOINT_DIR, "ckpt-6.index")):
             assert process.poll() is None and time.time() < deadline, "no checkpoint before the run ended"
@@ -259,14 +321,21 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
         process.send_signal(signal.SIGKILL)
         output = process.communicate()[0]
         if stage:  # resumed in the fine-tuning's last checkpoint, past its kill
-            assert re.search(rf"Resuming from the checkpoint at step \d+ of {fine_tuning_steps}\.", output), \
-                output[-3000:]
+            assert re.search(rf"Resuming from the checkpoint at step \d+ of {fine_tuning_steps}\.", output), output[
+                -3000:
+            ]
         assert not os.path.exists(os.path.join(killed_dir, "metrics.json"))
 
     # Resumed with another host loop (checkpoints every 5 steps, loops of 2),
     # which trains the same weights.
-    resumed = subprocess.run(command[:-1] + ["5", "--steps-per-execution", "2"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        command[:-1] + ["5", "--steps-per-execution", "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming from the checkpoint at step {fine_tuning_steps} of {fine_tuning_steps}." in resumed.stdout
     refit_steps = 640 // 32 * 2  # the refit trains on all the training examples
@@ -287,15 +356,18 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
 
 @pytest.mark.slow
 def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trains_on_all_and_eval_only_scores(
-        tmp_path, corpus, capsys):
+    tmp_path, corpus, capsys
+):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
 
     from pipeline.export import latest_export
 
     run = str(tmp_path / "run")
     report = train_and_evaluate(_default_split_config(), run, *corpus)
-    epoch_losses = [float(loss) for loss in re.findall(r"^validation accuracy .*, loss ([0-9.]+)$",
-                                                       capsys.readouterr().out, re.MULTILINE)]
+    epoch_losses = [
+        float(loss)
+        for loss in re.findall(r"^validation accuracy .*, loss ([0-9.]+)$", capsys.readouterr().out, re.MULTILINE)
+    ]
     kept_examples, held_out = _held_out(corpus)
     assert len(held_out) == 64 and len(kept_examples) == 640 - 64
     assert report["validation"]["examples"] == 64 and report["examples"] == 200
@@ -309,18 +381,24 @@ def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trai
 
     # The held-out examples kept the epoch of their lowest loss and give the validation scores;
     # the evaluation files score the export, the refit.
-    held_out_loss = log_loss([names.index(label) for label in held_out.labels],
-                             held_out_model(tokenize(tokenizer, held_out.texts)))
+    held_out_loss = log_loss(
+        [names.index(label) for label in held_out.labels], held_out_model(tokenize(tokenizer, held_out.texts))
+    )
     assert len(epoch_losses) == 2 and held_out_loss == pytest.approx(min(epoch_losses), abs=1e-4)
     with open(os.path.join(run, "best_epoch.json")) as f:
-        assert json.load(f) == {"epoch": 1 + epoch_losses.index(min(epoch_losses)),
-                                "score": pytest.approx(-held_out_loss, rel=1e-5)}
+        assert json.load(f) == {
+            "epoch": 1 + epoch_losses.index(min(epoch_losses)),
+            "score": pytest.approx(-held_out_loss, rel=1e-5),
+        }
     assert report["validation"]["loss"] == pytest.approx(held_out_loss, rel=1e-5)
     assert report["validation"]["accuracy"] == pytest.approx(accuracy(held_out_model, held_out))
     examples = read_examples(corpus[1])
     assert report["accuracy"] == pytest.approx(accuracy(refit, examples))
-    served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
-        text=tf.constant(examples.texts))["probabilities"].numpy()
+    served = (
+        tf.saved_model.load(latest_export(os.path.join(run, "export")))
+        .signatures["serving_default"](text=tf.constant(examples.texts))["probabilities"]
+        .numpy()
+    )
     np.testing.assert_allclose(served, refit(tokenize(tokenizer, examples.texts)), atol=1e-5)
     # The evaluation files choose nothing and are never trained on: with their labels
     # scrambled, the same models, other scores.
@@ -332,16 +410,20 @@ def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trai
     other = str(tmp_path / "other")
     other_report = train_and_evaluate(_default_split_config(), other, corpus[0], scrambled, export=False)
     for refit_flag in (False, True):
-        for ours, theirs in zip(restore_model(run, refit=refit_flag)[0].get_weights(),
-                                restore_model(other, refit=refit_flag)[0].get_weights()):
+        for ours, theirs in zip(
+            restore_model(run, refit=refit_flag)[0].get_weights(),
+            restore_model(other, refit=refit_flag)[0].get_weights(),
+        ):
             np.testing.assert_array_equal(ours, theirs)
     assert other_report["validation"] == report["validation"] and other_report["accuracy"] != report["accuracy"]
     # The refit is a run on the training files in their order with the run's vocabulary, up to the kept epoch.
-    recipe = train_and_evaluate(_config(keep_best_epoch=False), str(tmp_path / "recipe"), *corpus, export=False,
-                                vocabulary_from=run)
+    recipe = train_and_evaluate(
+        _config(keep_best_epoch=False), str(tmp_path / "recipe"), *corpus, export=False, vocabulary_from=run
+    )
     kept_epochs = report["refit"]["epochs"]
     assert report["refit"]["train_loss_by_epoch"] == {
-        epoch: loss for epoch, loss in recipe["train_loss_by_epoch"].items() if epoch <= kept_epochs}
+        epoch: loss for epoch, loss in recipe["train_loss_by_epoch"].items() if epoch <= kept_epochs
+    }
 
 
 @pytest.mark.slow
@@ -369,14 +451,23 @@ def test_refit_without_a_held_out_slice_trains_again_on_train_and_eval_up_to_the
     assert np.mean(predicted == np.asarray(examples.labels)) == pytest.approx(report["accuracy"])
     assert "validation" not in report
     # The refit is, to the digit, a run on the training and evaluation files with the run's vocabulary.
-    recipe = train_and_evaluate(_config(keep_best_epoch=False), str(tmp_path / "recipe"), ",".join(corpus),
-                                corpus[1], export=False, vocabulary_from=run)
+    recipe = train_and_evaluate(
+        _config(keep_best_epoch=False),
+        str(tmp_path / "recipe"),
+        ",".join(corpus),
+        corpus[1],
+        export=False,
+        vocabulary_from=run,
+    )
     for value, expected in zip(refit.get_weights(), restore_model(str(tmp_path / "recipe"))[0].get_weights()):
         np.testing.assert_array_equal(value, expected)
     assert report["refit"]["train_loss_by_epoch"] == recipe["train_loss_by_epoch"]
     # The export serves the refit.
-    served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
-        text=tf.constant(examples.texts))["probabilities"].numpy()
+    served = (
+        tf.saved_model.load(latest_export(os.path.join(run, "export")))
+        .signatures["serving_default"](text=tf.constant(examples.texts))["probabilities"]
+        .numpy()
+    )
     np.testing.assert_allclose(served, refit(ids), atol=1e-5)
     assert np.abs(served - held_out(ids)).max() > 0.01
     # Had the run kept its first epoch, the refit stops after it, the schedule still spanning two:
@@ -397,11 +488,19 @@ def _start_workers(model_dir, corpus, config_path):
     workers = []
     for index in range(2):
         with open(f"{model_dir}.worker{index}.log", "w") as log:  # the child keeps its own handle
-            workers.append(subprocess.Popen(
-                _train_command(model_dir, corpus, config_path), cwd=ROOT, stdout=log,
-                stderr=subprocess.STDOUT,
-                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-                         TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))))
+            workers.append(
+                subprocess.Popen(
+                    _train_command(model_dir, corpus, config_path),
+                    cwd=ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=dict(
+                        os.environ,
+                        TF_CPP_MIN_LOG_LEVEL="2",
+                        TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+                    ),
+                )
+            )
         workers[-1].log = log.name
     return workers
 
@@ -424,7 +523,9 @@ def _finish(workers, timeout=300):
     # Every failed worker's output: the one that failed first, not only one stopped here.
     assert all(worker.returncode == 0 for worker in workers), "\n".join(
         f"worker {index} (exit status {worker.returncode}):\n{output[-3000:]}"
-        for index, (worker, output) in enumerate(zip(workers, outputs)) if worker.returncode)
+        for index, (worker, output) in enumerate(zip(workers, outputs))
+        if worker.returncode
+    )
     return outputs
 
 
@@ -436,17 +537,34 @@ def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(t
     outputs = _finish(_start_workers(whole_dir, corpus, config_path))
     assert "2 replica(s) of CollectiveAllReduceStrategy" in outputs[0]  # MultiWorkerMirroredStrategy
     # Each worker evaluates its half of the evaluation set; both report all of it.
-    summaries = [output[output.index("class     precision"):].split("\nExported")[0].strip() for output in outputs]
+    summaries = [output[output.index("class     precision") :].split("\nExported")[0].strip() for output in outputs]
     assert summaries[0] == summaries[1]
     whole = json.load(open(os.path.join(whole_dir, "metrics.json")))
     assert whole["examples"] == 200
     assert whole["train_loss_by_epoch"]["2"] < whole["train_loss_by_epoch"]["1"]
     # The chief alone wrote the run's files; the other worker's folder is gone.
     assert sorted(os.listdir(whole_dir)) == sorted(
-        ["best.weights.h5", "best_epoch.json", "checkpoints", "config.json", "epoch_losses.json", "export",
-         "labels.json", "logs", "metrics.json", "refit", "tokenizer.json", "vocab.txt"])
+        [
+            "best.weights.h5",
+            "best_epoch.json",
+            "checkpoints",
+            "config.json",
+            "epoch_losses.json",
+            "export",
+            "labels.json",
+            "logs",
+            "metrics.json",
+            "refit",
+            "tokenizer.json",
+            "vocab.txt",
+        ]
+    )
     assert sorted(os.listdir(os.path.join(whole_dir, "refit"))) == [
-        "best.weights.h5", "checkpoints", "epoch_losses.json", "logs"]
+        "best.weights.h5",
+        "checkpoints",
+        "epoch_losses.json",
+        "logs",
+    ]
     assert whole["refit"]["examples"] == 640 and whole["validation"]["examples"] == len(_held_out(corpus)[1])
     assert os.listdir(os.path.join(whole_dir, "export")) == ["1"]
 
@@ -471,9 +589,14 @@ def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(t
 
 @pytest.mark.slow
 def test_tpu_flag_without_a_tpu_fails_clearly(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "pipeline.train", "--tpu", "--model-dir", str(tmp_path)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline.train", "--tpu", "--model-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     assert result.returncode != 0
     assert "error: --tpu local: no TPU could be reached" in result.stderr
     assert "Traceback" not in result.stderr
@@ -489,11 +612,13 @@ def test_missing_eval_files_and_negative_pretraining_fail_before_any_work(tmp_pa
     with pytest.raises(SystemExit, match="error: train.members must be 1 or more, got 0"):
         train_main(["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1], "--members", "0"])
     with pytest.raises(SystemExit, match=r"error: train.validation_split must be at least 0 and under 1, got 1.0"):
-        train_main(["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1],
-                    "--validation-split", "1"])
+        train_main(
+            ["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1], "--validation-split", "1"]
+        )
     with pytest.raises(SystemExit, match="error: train.best_metric must be one of loss, accuracy, macro_f1, got 'f1'"):
-        train_main(["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1],
-                    "--best-metric", "f1"])
+        train_main(
+            ["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1], "--best-metric", "f1"]
+        )
     assert not os.path.exists(tmp_path / "run")
 
 
@@ -516,8 +641,14 @@ def test_class_weights_scale_each_examples_loss_by_its_label(tmp_path):
     config = _config()
     model = build_model(dataclasses.replace(config.model, vocabulary_size=30, num_classes=3))
     split = _random_split(6)
-    trainer = Trainer(model, build_optimizer(config.train, 6), tf.distribute.get_strategy(), config.train,
-                      str(tmp_path), class_weights=np.array([1.0, 3.0, 0.5], "float32"))
+    trainer = Trainer(
+        model,
+        build_optimizer(config.train, 6),
+        tf.distribute.get_strategy(),
+        config.train,
+        str(tmp_path),
+        class_weights=np.array([1.0, 3.0, 0.5], "float32"),
+    )
     per_example, _, _ = trainer._forward_backward((split.ids, split.labels))
     plain = keras.losses.sparse_categorical_crossentropy(split.labels, model(split.ids, training=True))
     np.testing.assert_allclose(per_example, plain * np.array([1.0, 3.0, 0.5] * 2), rtol=1e-5)
@@ -525,8 +656,9 @@ def test_class_weights_scale_each_examples_loss_by_its_label(tmp_path):
 
 @pytest.mark.slow
 def test_class_weight_is_said_at_the_start_and_saved(tmp_path, corpus, capsys):
-    train_and_evaluate(_config(epochs=1, class_weight="negative:1,positive:2.5"), str(tmp_path / "run"), *corpus,
-                       export=False)
+    train_and_evaluate(
+        _config(epochs=1, class_weight="negative:1,positive:2.5"), str(tmp_path / "run"), *corpus, export=False
+    )
     assert "class weights (negative:1,positive:2.5): negative 1, positive 2.5" in capsys.readouterr().out
     with open(tmp_path / "run" / "config.json") as f:
         assert json.load(f)["train"]["class_weight"] == "negative:1,positive:2.5"

@@ -59,9 +59,17 @@ def test_page_in_headless_chromium(page, tmp_path):
     _, path, _ = page
     errors = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         view = browser.new_page()
         view.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         view.on("pageerror", lambda e: errors.append(str(e)))

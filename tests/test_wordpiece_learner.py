@@ -33,7 +33,8 @@ def test_golden_vocabulary_of_one_threshold():
     characters = ["a", "d", "e", "g", "h", "i", "l", "n", "p", "u", "y"]
     # Whole words seen at least 4 times, then "##y": y ends three words (13).
     assert wordpiece_learner.learn_with_thresh(counts, 4, params) == (
-        ["[PAD]"] + characters + ["##y", "unhappy", "happy"] + ["##" + c for c in characters if c != "y"])
+        ["[PAD]"] + characters + ["##y", "unhappy", "happy"] + ["##" + c for c in characters if c != "y"]
+    )
     assert wordpiece_learner.learn_with_thresh(counts, 4, params) == library.learn_with_thresh(counts, 4, params)
 
 
@@ -49,18 +50,21 @@ def test_every_threshold_gives_the_library_vocabulary(include_joiner_token):
     assert len(sizes) >= 8  # the thresholds above really give different vocabularies
 
 
-@pytest.mark.parametrize("vocab_size, options", [
-    (200, {}),
-    (600, {"lower_thresh": 1}),
-    (600, {"lower_thresh": 2, "max_unique_chars": 30}),  # rare characters dropped from the alphabet
-    (2000, {"lower_thresh": 1, "num_iterations": 2, "max_token_length": 8}),
-    (400, {"lower_thresh": 1, "include_joiner_token": False}),
-])
+@pytest.mark.parametrize(
+    "vocab_size, options",
+    [
+        (200, {}),
+        (600, {"lower_thresh": 1}),
+        (600, {"lower_thresh": 2, "max_unique_chars": 30}),  # rare characters dropped from the alphabet
+        (2000, {"lower_thresh": 1, "num_iterations": 2, "max_token_length": 8}),
+        (400, {"lower_thresh": 1, "include_joiner_token": False}),
+    ],
+)
 def test_learn_gives_the_library_vocabulary(vocab_size, options):
     counts = _word_counts(seed=vocab_size)
     learned = wordpiece_learner.learn(counts, vocab_size, RESERVED, **options)
     assert learned == library.learn(counts, vocab_size, RESERVED, **options)
-    assert learned[:len(RESERVED)] == RESERVED and len(learned) > len(RESERVED) + 30
+    assert learned[: len(RESERVED)] == RESERVED and len(learned) > len(RESERVED) + 30
 
 
 def _library_pass(word_counts, tokens):

@@ -56,8 +56,9 @@ class Vocabularies:
     def __init__(self, prepared, max_length, paths):
         self.names, self.max_length, self.paths = prepared.names, max_length, paths
         self._examples = None
-        self._by_size = {prepared.config.data.vocabulary_size: (prepared.tokenizer, prepared.train,
-                                                                 prepared.evaluation)}
+        self._by_size = {
+            prepared.config.data.vocabulary_size: (prepared.tokenizer, prepared.train, prepared.evaluation)
+        }
 
     def __call__(self, data_config):
         size = data_config.vocabulary_size
@@ -65,8 +66,10 @@ class Vocabularies:
             if self._examples is None:
                 self._examples = [read_split(paths, data_config) for paths in self.paths]
             tokenizer = learn_tokenizer(self._examples[0].texts, data_config, self.max_length)
-            self._by_size[size] = (tokenizer, *(load_split(examples, data_config, tokenizer, self.names)
-                                                for examples in self._examples))
+            self._by_size[size] = (
+                tokenizer,
+                *(load_split(examples, data_config, tokenizer, self.names) for examples in self._examples),
+            )
         return self._by_size[size]
 
 
@@ -90,8 +93,12 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         """The trial's config, its model sized to its vocabulary."""
         config = override(self.config, sample(hp, self.space, self.config), "hyperparameters")
         tokenizer = self.data(config.data)[0]
-        return dataclasses.replace(config, model=dataclasses.replace(
-            config.model, vocabulary_size=len(tokenizer.vocabulary), max_length=tokenizer.max_length))
+        return dataclasses.replace(
+            config,
+            model=dataclasses.replace(
+                config.model, vocabulary_size=len(tokenizer.vocabulary), max_length=tokenizer.max_length
+            ),
+        )
 
     def build(self, hp):
         return build_model(self.config_for(hp).model)
@@ -121,17 +128,19 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         # A trial directory is a model directory: pipeline.export reads it.
         check_or_save_config(trial_dir, config)
         if has_vocabulary(trial_dir) and Tokenizer.load(trial_dir).vocabulary != tokenizer.vocabulary:
-            raise ValueError(f"{trial_dir}: its checkpoints use another vocabulary than the one "
-                             f"learned now for data.vocabulary_size {config.data.vocabulary_size}")
+            raise ValueError(
+                f"{trial_dir}: its checkpoints use another vocabulary than the one "
+                f"learned now for data.vocabulary_size {config.data.vocabulary_size}"
+            )
         save_vocabulary(trial_dir, tokenizer, names)
         if config.train.pretrain_epochs:
             pretrain_dir = self.shared_pretraining(config, tokenizer, trial_dir)
             if pretrain_dir is None:  # as pipeline.train does, with the trial's own shapes and vocabulary
-                pretrain_dir = pretrain_on_training_texts(config, trial_dir, self.data.paths[0], trial_dir,
-                                                          self.tpu, self.strategy)
+                pretrain_dir = pretrain_on_training_texts(
+                    config, trial_dir, self.data.paths[0], trial_dir, self.tpu, self.strategy
+                )
             initialize_from(model, pretrain_dir, config.model, tokenizer.vocabulary)
-        report = fit_and_evaluate(model, config, self.strategy, train, evaluation, names,
-                                  trial_dir, epochs=epochs)
+        report = fit_and_evaluate(model, config, self.strategy, train, evaluation, names, trial_dir, epochs=epochs)
         return {name: report[key] for name, (key, _) in OBJECTIVES.items()}
 
 
@@ -167,8 +176,10 @@ class _Resumable:
     def reload(self):
         super().reload()
         for trial_id in sorted(self.trials):
-            if self.trials[trial_id].status == keras_tuner.engine.trial.TrialStatus.RUNNING \
-                    and trial_id not in self._retry_queue:
+            if (
+                self.trials[trial_id].status == keras_tuner.engine.trial.TrialStatus.RUNNING
+                and trial_id not in self._retry_queue
+            ):
                 self._retry_queue.append(trial_id)
 
 
@@ -196,8 +207,14 @@ class SweepTuner(keras_tuner.Tuner):
     def run_trial(self, trial, *args, **kwargs):
         hp = trial.hyperparameters
         model = self._try_build(hp)  # under the distribution strategy's scope
-        return self.hypermodel.fit(hp, model, *args, trial_dir=self.get_trial_dir(trial.trial_id),
-                                   epochs=hp.values.get("tuner/epochs"), **kwargs)
+        return self.hypermodel.fit(
+            hp,
+            model,
+            *args,
+            trial_dir=self.get_trial_dir(trial.trial_id),
+            epochs=hp.values.get("tuner/epochs"),
+            **kwargs,
+        )
 
 
 def make_oracle(kind, objective, max_trials, seed, max_epochs):

@@ -80,8 +80,9 @@ def sample(hp, space, config=None):
         elif isinstance(spec["min"], int) and isinstance(spec["max"], int):
             values[name] = hp.Int(name, spec["min"], spec["max"], step=spec.get("step", 1))
         else:
-            values[name] = hp.Float(name, spec["min"], spec["max"], step=spec.get("step"),
-                                    sampling=spec.get("sampling", "linear"))
+            values[name] = hp.Float(
+                name, spec["min"], spec["max"], step=spec.get("step"), sampling=spec.get("sampling", "linear")
+            )
     overrides = {"model": {}, "data": {}, "train": {}, "pretrain": {}}
     for name, value in values.items():
         section, field, _ = space[name]

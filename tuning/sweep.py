@@ -35,14 +35,27 @@ from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, Voca
 from tuning.search_space import SEARCH_SPACE, narrow
 
 
-def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", max_trials=10,
-              objective="val_accuracy", space_overrides=None, tpu=None, export_best=False, strategy=None):
+def run_sweep(
+    config,
+    directory,
+    train_paths,
+    eval_paths,
+    tuner_kind="random",
+    max_trials=10,
+    objective="val_accuracy",
+    space_overrides=None,
+    tpu=None,
+    export_best=False,
+    strategy=None,
+):
     """Runs (or continues) a sweep; returns the rows of the results table.
 
     `strategy` overrides the one `resolve_strategy(tpu)` picks."""
     if config.train.members > 1:
-        raise ValueError(f"train.members is {config.train.members}: sweeps compare single models; train the "
-                         "best trial's settings with pipeline.train --members")
+        raise ValueError(
+            f"train.members is {config.train.members}: sweeps compare single models; train the "
+            "best trial's settings with pipeline.train --members"
+        )
     # Trials are scored on --eval, the sweep's validation set: no slice of the
     # training files is held out and nothing is refit (pipeline.train does both
     # with the best trial's settings).
@@ -61,8 +74,12 @@ def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", m
     hypermodel = ClassifierHyperModel(config, space, data, strategy, tpu)
     tuner = SweepTuner(
         oracle=make_oracle(tuner_kind, objective, max_trials, config.train.seed, config.train.epochs),
-        hypermodel=hypermodel, directory=directory, project_name=TRIALS_DIR, overwrite=False,
-        distribution_strategy=strategy)
+        hypermodel=hypermodel,
+        directory=directory,
+        project_name=TRIALS_DIR,
+        overwrite=False,
+        distribution_strategy=strategy,
+    )
     tuner.search()
     if tuner_id and tuner_id != "chief":
         return []  # workers run trials; the chief reports
@@ -80,10 +97,18 @@ def run_sweep(config, directory, train_paths, eval_paths, tuner_kind="random", m
 def results_table(oracle, objective):
     rows = []
     for trial in sorted(oracle.trials.values(), key=lambda t: t.trial_id):
-        metrics = {name: trial.metrics.get_best_value(name) if trial.metrics.exists(name) else None
-                   for name in OBJECTIVES}
-        rows.append({"trial": trial.trial_id, "status": trial.status, "score": trial.score,
-                     **metrics, **trial.hyperparameters.values})
+        metrics = {
+            name: trial.metrics.get_best_value(name) if trial.metrics.exists(name) else None for name in OBJECTIVES
+        }
+        rows.append(
+            {
+                "trial": trial.trial_id,
+                "status": trial.status,
+                "score": trial.score,
+                **metrics,
+                **trial.hyperparameters.values,
+            }
+        )
     better = 1 if OBJECTIVES[objective][1] == "max" else -1  # best first, trials without a score last
     return sorted(rows, key=lambda r: (r["score"] is None, -better * (r["score"] or 0)))
 
@@ -92,8 +117,13 @@ def format_results(rows):
     if not rows:
         return "no trials"
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    text = [[("" if row.get(c) is None else f"{row[c]:.4g}" if isinstance(row.get(c), float) else str(row[c]))
-             for c in columns] for row in rows]
+    text = [
+        [
+            ("" if row.get(c) is None else f"{row[c]:.4g}" if isinstance(row.get(c), float) else str(row[c]))
+            for c in columns
+        ]
+        for row in rows
+    ]
     widths = [max(len(c), *(len(r[i]) for r in text)) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in text]
@@ -121,29 +151,46 @@ def _space_overrides(value):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     parser.add_argument("--train", help="training files, as pipeline.train (demo corpus if omitted)")
-    parser.add_argument("--eval", help="validation files that keep each trial's epoch and score it (required "
-                        "with --train; not the test split)")
+    parser.add_argument(
+        "--eval",
+        help="validation files that keep each trial's epoch and score it (required with --train; not the test split)",
+    )
     parser.add_argument("--directory", required=True, help="sweep directory: trials, results, export")
     parser.add_argument("--tuner", choices=["random", "hyperband", "bayesian"], default="random")
     parser.add_argument("--max-trials", type=int, default=10, help="trials (random, bayesian)")
     parser.add_argument("--objective", choices=sorted(OBJECTIVES), default="val_accuracy")
     parser.add_argument("--config", help="JSON file of base config overrides, as pipeline.train")
     parser.add_argument("--epochs", type=int, help="epochs per trial (hyperband: the most per trial)")
-    parser.add_argument("--space", help='JSON file or text fixing/narrowing hyperparameters, e.g. '
-                        '\'{"num_layers": 4, "hidden_size": [128, 256]}\' (see tuning/search_space.py)')
+    parser.add_argument(
+        "--space",
+        help="JSON file or text fixing/narrowing hyperparameters, e.g. "
+        '\'{"num_layers": 4, "hidden_size": [128, 256]}\' (see tuning/search_space.py)',
+    )
     parser.add_argument("--tpu", nargs="?", const="local", help="run trials on a TPU, as pipeline.train")
     parser.add_argument("--export-best", action="store_true", help="export the best trial to DIR/export")
     args = parser.parse_args(argv)
     try:
         strategy = resolve_strategy(args.tpu)
-        config = run_config(args.config, {"train": {"epochs": args.epochs}} if args.epochs else {}, strategy,
-                            args.tpu)
-        run_sweep(config, args.directory, args.train, args.eval, args.tuner, args.max_trials,
-                  args.objective, _space_overrides(args.space), args.tpu, args.export_best, strategy)
+        config = run_config(args.config, {"train": {"epochs": args.epochs}} if args.epochs else {}, strategy, args.tpu)
+        run_sweep(
+            config,
+            args.directory,
+            args.train,
+            args.eval,
+            args.tuner,
+            args.max_trials,
+            args.objective,
+            _space_overrides(args.space),
+            args.tpu,
+            args.export_best,
+            strategy,
+        )
     except (DataError, TPUUnavailableError, ValueError) as error:
         sys.exit(f"error: {error}")
 
