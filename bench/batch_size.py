@@ -7,7 +7,7 @@
 Trains the default model of `--task` on the tweets' 90% fit slice (its
 vocabulary learned there, as a default run learns it; batches length-bucketed,
 and for masked-LM masked, as by default) through `Trainer.fit`, with the
-config that task trains with (masked-LM: `masked_lm_train_config`;
+config that task trains with (masked-LM: `masked_lm_configs`;
 classification: `train`, its weight averaging included): in every round,
 each batch size trains `--sequences` sequences (one epoch of that many), in
 an order flipped every round; the first round (tracing, first steps of most
@@ -33,7 +33,7 @@ from pipeline.config import override  # noqa: E402
 from pipeline.dataset import train_dataset  # noqa: E402
 from pipeline.masking import masked_lm_dataset, word_ids_of  # noqa: E402
 from pipeline.model import build_model, build_pretraining_model  # noqa: E402
-from pipeline.pretrain import masked_lm_train_config  # noqa: E402
+from pipeline.pretrain import masked_lm_configs  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def training_data(task, cache):
 def arm(task, config, data, size, directory):
     """`(trainer, make_dataset)` training the `task`'s default model on `data` in steps of `size`."""
     if task == "masked-lm":
-        train_config = masked_lm_train_config(override(config, {"pretrain": {"batch_size": size}}))
+        train_config, optimizer_config = masked_lm_configs(override(config, {"pretrain": {"batch_size": size}}))
         model = build_pretraining_model(config.model)
         make = functools.partial(
             masked_lm_dataset,
@@ -65,11 +65,16 @@ def arm(task, config, data, size, directory):
             length_bucket=config.train.length_bucket,
         )
     else:
-        train_config = override(config, {"train": {"batch_size": size}}).train
+        train_config, optimizer_config = override(config, {"train": {"batch_size": size}}).train, config.optimizer
         model = build_model(config.model)
         make = functools.partial(train_dataset, data, size, config.train.seed, length_bucket=config.train.length_bucket)
     trainer = Trainer(
-        model, build_optimizer(train_config, 10_000), tf.distribute.get_strategy(), train_config, directory
+        model,
+        build_optimizer(optimizer_config, 10_000),
+        tf.distribute.get_strategy(),
+        train_config,
+        optimizer_config,
+        directory,
     )
     return trainer, make
 

@@ -14,7 +14,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from pipeline.config import TrainConfig  # noqa: E402
+from pipeline.config import OptimizerConfig, TrainConfig  # noqa: E402
 from pipeline.dataset import train_dataset  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
@@ -161,9 +161,17 @@ def steps_per_second(model, features, labels, batch_size, steps, warmup_steps=3,
     """Steady-state training steps/s of `model` in the project's training loop
     (without the moving average of the weights unless `weight_averaging`
     says: the model's own rate, as keras-hub's is measured)."""
-    config = TrainConfig(batch_size=batch_size, weight_averaging=weight_averaging)
+    config = TrainConfig(batch_size=batch_size)
+    optimizer_config = OptimizerConfig(weight_averaging=weight_averaging)
     with tempfile.TemporaryDirectory() as directory:
-        trainer = Trainer(model, build_optimizer(config, 10_000), tf.distribute.get_strategy(), config, directory)
+        trainer = Trainer(
+            model,
+            build_optimizer(optimizer_config, 10_000),
+            tf.distribute.get_strategy(),
+            config,
+            optimizer_config,
+            directory,
+        )
         iterator = iter(tf.data.Dataset.from_tensors((features, labels)).repeat())
         return steps / timed_steps(trainer, iterator, steps, warmup_steps)
 

@@ -15,7 +15,7 @@ measures, on this machine and in this process:
     traces the masking, and the later ones (each a new dataset, as in
     training);
   - masked-LM training: steady-state texts/s of the pre-training model, in
-    the steps pre-training takes (`pipeline.pretrain.masked_lm_train_config`);
+    the steps pre-training takes (`pipeline.pretrain.masked_lm_configs`);
 and prints their ratios. The target is input >= 20x training.
 """
 
@@ -34,7 +34,7 @@ from pipeline.dataset import learn_vocabulary, load_split, train_dataset  # noqa
 from pipeline.demo_corpus import generate  # noqa: E402
 from pipeline.masking import masked_lm_dataset, word_ids_of  # noqa: E402
 from pipeline.model import build_model, build_pretraining_model  # noqa: E402
-from pipeline.pretrain import masked_lm_train_config  # noqa: E402
+from pipeline.pretrain import masked_lm_configs  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
 
@@ -98,10 +98,14 @@ def masked_lm_input(texts, tokenizer, config, epochs=3):
     return word_ids, rates[0], rates[1], len(rates[2:]) / sum(1 / rate for rate in rates[2:])
 
 
-def training(model, dataset, train_config, model_dir, steps=30, warmup_steps=5):
-    """Steady-state examples/s of `model` trained on `dataset` (batches of `train_config.batch_size`)."""
+def training(model, dataset, configs, model_dir, steps=30, warmup_steps=5):
+    """Steady-state examples/s of `model` trained on `dataset` with `configs`,
+    `(train_config, optimizer_config)` (batches of `train_config.batch_size`)."""
     strategy = tf.distribute.get_strategy()
-    trainer = Trainer(model, build_optimizer(train_config, 1000), strategy, train_config, model_dir)
+    train_config, optimizer_config = configs
+    trainer = Trainer(
+        model, build_optimizer(optimizer_config, 1000), strategy, train_config, optimizer_config, model_dir
+    )
     iterator = iter(dataset.repeat())
     trainer._train_steps(iterator, tf.constant(warmup_steps))  # tracing and first compiled steps
     start = time.perf_counter()
@@ -129,14 +133,17 @@ def main():
         _, record_rate = cold_input(record_path, config, tokenizer, names)
         warm_rate = warm_input(split, config)
         train_rate = training(
-            build_model(config.model), train_dataset(split, config.train.batch_size, seed=0), config.train, directory
+            build_model(config.model),
+            train_dataset(split, config.train.batch_size, seed=0),
+            (config.train, config.optimizer),
+            directory,
         )
         texts = [text for text, _ in generate(args.examples, seed=0)]  # the corpus's
         word_ids, word_ids_rate, masked_first_rate, masked_rate = masked_lm_input(texts, tokenizer, config)
         masked_train_rate = training(
             build_pretraining_model(config.model),
             masked_lm_batches(word_ids, tokenizer, config),
-            masked_lm_train_config(config),
+            masked_lm_configs(config),
             os.path.join(directory, "pretrain"),
         )
     results = {

@@ -50,7 +50,12 @@ def main():
     model = build_model(config.model)
     with tempfile.TemporaryDirectory() as directory:
         trainer = Trainer(
-            model, build_optimizer(config.train, 10_000), tf.distribute.get_strategy(), config.train, directory
+            model,
+            build_optimizer(config.optimizer, 10_000),
+            tf.distribute.get_strategy(),
+            config.train,
+            config.optimizer,
+            directory,
         )
 
         def seconds(bucket, epoch, steps):

@@ -94,9 +94,10 @@ def main():
             )
             trainers[name] = Trainer(
                 build_model(config.model),
-                build_optimizer(train_config, 10_000),
+                build_optimizer(config.optimizer, 10_000),
                 tf.distribute.get_strategy(),
                 train_config,
+                config.optimizer,
                 os.path.join(directory, name),
             )
 

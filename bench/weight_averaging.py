@@ -1,4 +1,4 @@
-"""Classification step time with and without `train.weight_averaging`, on the tweets of bench/accuracy.py.
+"""Classification step time with and without `optimizer.weight_averaging`, on the tweets of bench/accuracy.py.
 
     .venv/bin/pip install -e ".[bench]"
     .venv/bin/python bench/weight_averaging.py [--rounds 10] [--steps 100]
@@ -38,16 +38,17 @@ def main():
     )
     args = parser.parse_args()
     config, split = default_fit_split(args.cache)
-    arms = {"off": 0.0, "default": config.train.weight_averaging}
+    arms = {"off": 0.0, "default": config.optimizer.weight_averaging}
     with tempfile.TemporaryDirectory() as directory:
         trainers = {}
         for name, decay in arms.items():
-            train_config = dataclasses.replace(config.train, weight_averaging=decay)
+            optimizer_config = dataclasses.replace(config.optimizer, weight_averaging=decay)
             trainers[name] = Trainer(
                 build_model(config.model),
-                build_optimizer(train_config, 10_000),
+                build_optimizer(optimizer_config, 10_000),
                 tf.distribute.get_strategy(),
-                train_config,
+                config.train,
+                optimizer_config,
                 os.path.join(directory, name),
             )
 

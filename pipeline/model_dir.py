@@ -114,7 +114,7 @@ def member_dirs(model_dir):
 def restore_variables(model, checkpoint_path, averaged=False):
     """Loads `model`'s variables from a training checkpoint, all or none;
     `averaged`: its trainable ones from the moving averages the checkpoint
-    holds (`train.weight_averaging`), what the run scores and keeps."""
+    holds (`optimizer.weight_averaging`), what the run scores and keeps."""
     status = tf.train.Checkpoint(model=model_variables(model)).restore(checkpoint_path)
     status.expect_partial()  # the optimizer's state is not wanted here
     status.assert_existing_objects_matched()
@@ -157,5 +157,5 @@ def restore_model(model_dir, strategy=None, refit=True):
         latest = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR))
         if latest is None:
             raise ValueError(f"{model_dir}: no best weights and no checkpoint to restore")
-        restore_variables(model, latest, averaged=bool(config.train.weight_averaging))
+        restore_variables(model, latest, averaged=bool(config.optimizer.weight_averaging))
     return model, tokenizer, names

@@ -66,8 +66,8 @@ SHAPE_FIELDS = (
 UNREAD_FIELDS = {
     "model": ("num_classes", "pooling", "head_shared_kernel"),
     "data": ("label_column",),
+    "optimizer": ("learning_rate", "weight_averaging"),
     "train": (
-        "learning_rate",
         "batch_size",
         "token_dropout",
         "best_metric",
@@ -76,7 +76,6 @@ UNREAD_FIELDS = {
         "members",
         "refit",
         "validation_split",
-        "weight_averaging",
         "class_weight",
     ),
 }
@@ -113,15 +112,16 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         _print_report(report)
         finish_run(model_dir, strategy)
         return report
-    train_config = masked_lm_train_config(config)
+    train_config, optimizer_config = masked_lm_configs(config)
     steps = len(texts) // train_config.batch_size * train_config.epochs
     with strategy.scope():
         model = build_pretraining_model(config.model, config.pretrain.sentence_order)
         trainer = Trainer(
             model,
-            build_optimizer(train_config, steps),
+            build_optimizer(optimizer_config, steps),
             strategy,
             train_config,
+            optimizer_config,
             model_dir,
             learning_rate_field="pretrain.learning_rate",
         )
@@ -153,14 +153,13 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     return report
 
 
-def masked_lm_train_config(config):
-    """The `TrainConfig` masked-LM trains with: `train`'s, with the peak rate
-    and batch size of `pretrain` and no weight averaging (the classifier's)."""
-    return dataclasses.replace(
-        config.train,
-        learning_rate=config.pretrain.learning_rate,
-        batch_size=config.pretrain.batch_size,
-        weight_averaging=0.0,
+def masked_lm_configs(config):
+    """`(train, optimizer)` configs masked-LM trains with: `train` with the
+    batch size of `pretrain`, and `optimizer` with its peak rate and no
+    weight averaging (the classifier's)."""
+    return (
+        dataclasses.replace(config.train, batch_size=config.pretrain.batch_size),
+        dataclasses.replace(config.optimizer, learning_rate=config.pretrain.learning_rate, weight_averaging=0.0),
     )
 
 
@@ -312,7 +311,7 @@ def with_pretrain_epochs(config, epochs=None):
     pre-training and do not change it, so they are off here, as is the
     held-out slice (`train.validation_split`), whose texts `pipeline.train`
     leaves out of what it passes, and the classifier's weight averaging
-    (`train.weight_averaging`): such a run's pre-training is a plain run's."""
+    (`optimizer.weight_averaging`): such a run's pre-training is a plain run's."""
     if epochs is None:
         epochs = config.train.pretrain_epochs
         if epochs == 0:
@@ -321,7 +320,10 @@ def with_pretrain_epochs(config, epochs=None):
         raise ValueError(f"masked-LM epochs must be 1 or more, got {epochs}")
     return override(
         config,
-        {"train": {"epochs": epochs, "refit": False, "members": 1, "validation_split": 0.0, "weight_averaging": 0.0}},
+        {
+            "train": {"epochs": epochs, "refit": False, "members": 1, "validation_split": 0.0},
+            "optimizer": {"weight_averaging": 0.0},
+        },
     )
 
 

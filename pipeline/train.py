@@ -370,9 +370,10 @@ def refit(config, model_dir, data, names, tpu, strategy, init_from=None, vocabul
         steps = len(data) // config.train.batch_size * config.train.epochs
         trainer = Trainer(
             model,
-            build_optimizer(config.train, steps),
+            build_optimizer(config.optimizer, steps),
             strategy,
             config.train,
+            config.optimizer,
             directory,
             class_weights=_class_weights(config, data, names),
         )
@@ -454,9 +455,10 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
     with strategy.scope():
         trainer = Trainer(
             model,
-            build_optimizer(config.train, steps),
+            build_optimizer(config.optimizer, steps),
             strategy,
             config.train,
+            config.optimizer,
             model_dir,
             class_weights=_class_weights(config, train, names),
         )
@@ -573,7 +575,7 @@ def parse_args(argv=None):
         "max-length": ("model", "max_length", int),
         "epochs": ("train", "epochs", int),
         "batch-size": ("train", "batch_size", int),
-        "learning-rate": ("train", "learning_rate", float),
+        "learning-rate": ("optimizer", "learning_rate", float),
         "seed": ("train", "seed", int),
         "pretrain-epochs": ("train", "pretrain_epochs", int),
         "validation-split": ("train", "validation_split", float),

@@ -44,17 +44,17 @@ def model_variables(model):
     return {f"variable_{index}": variable for index, variable in enumerate(model.variables)}
 
 
-def build_optimizer(train_config, total_steps):
+def build_optimizer(optimizer_config, total_steps):
     """AdamW with linear warm-up to the peak rate, then cosine decay."""
-    warmup_steps = int(total_steps * train_config.warmup_fraction)
+    warmup_steps = int(total_steps * optimizer_config.warmup_fraction)
     schedule = keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0,
         decay_steps=max(total_steps - warmup_steps, 1),
-        warmup_target=train_config.learning_rate,
+        warmup_target=optimizer_config.learning_rate,
         warmup_steps=warmup_steps,
     )
     optimizer = _SummedGradientsAdamW(
-        learning_rate=schedule, weight_decay=train_config.weight_decay, epsilon=1e-6, name="adamw"
+        learning_rate=schedule, weight_decay=optimizer_config.weight_decay, epsilon=1e-6, name="adamw"
     )
     # Decay the matrices only, as BERT does: not biases nor normalization scales.
     optimizer.exclude_from_weight_decay(var_names=["bias", "norm"])
@@ -123,8 +123,10 @@ class Trainer:
     Resumes from the checkpoints in `model_dir`; writes checkpoints, the best
     weights and TensorBoard logs to `output_dir` (`model_dir` except on the
     non-chief workers of a cluster; see `pipeline.strategy.output_dir`).
-    `learning_rate_field` names the config field `train_config`'s learning
-    rate came from, for the message of a loss that stops being finite.
+    `optimizer_config` is the `OptimizerConfig` `optimizer` was built from
+    (its clipping and weight averaging act here); `learning_rate_field` names
+    the config field its learning rate came from, for the message of a loss
+    that stops being finite.
     `class_weights` (float `(classes,)`, `pipeline.labels.class_weights`)
     weigh each classification example's loss by its label.
     """
@@ -135,13 +137,14 @@ class Trainer:
         optimizer,
         strategy,
         train_config,
+        optimizer_config,
         model_dir,
-        learning_rate_field="train.learning_rate",
+        learning_rate_field="optimizer.learning_rate",
         class_weights=None,
     ):
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
         self.class_weights = None if class_weights is None else tf.constant(class_weights, tf.float32)
-        self.config = train_config
+        self.config, self.optimizer_config = train_config, optimizer_config
         self.learning_rate_field = learning_rate_field
         self.model_dir = model_dir
         self.output_dir = output_dir(model_dir, strategy)
@@ -162,14 +165,14 @@ class Trainer:
             else:
                 self._gradients = tf.function(self._forward_backward, jit_compile=True, autograph=False)
         self._restored = False
-        # The moving averages of the trainable weights (train.weight_averaging),
+        # The moving averages of the trainable weights (optimizer.weight_averaging),
         # what every epoch is scored and kept with.
         self.averages = (
             [
                 tf.Variable(variable.value, trainable=False, name=f"average_{index}")
                 for index, variable in enumerate(model.trainable_variables)
             ]
-            if train_config.weight_averaging
+            if optimizer_config.weight_averaging
             else []
         )
         checkpoint = tf.train.Checkpoint(
@@ -213,7 +216,7 @@ class Trainer:
             # The one sum over replicas: the optimizer does not sum again.
             gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
         # Clipped by the global norm of the summed gradient, as on one device.
-        gradients, _ = tf.clip_by_global_norm(gradients, self.config.clip_norm)
+        gradients, _ = tf.clip_by_global_norm(gradients, self.optimizer_config.clip_norm)
         self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables))
         if self.averages:
             context.merge_call(self._update_averages)
@@ -250,7 +253,7 @@ class Trainer:
         # starts low, so the first steps' weights (a head just initialized)
         # fade from the averages quickly.
         updates = tf.cast(self.optimizer.iterations, tf.float32)
-        decay = tf.minimum(self.config.weight_averaging, (1.0 + updates) / (10.0 + updates))
+        decay = tf.minimum(self.optimizer_config.weight_averaging, (1.0 + updates) / (10.0 + updates))
 
         def update(average, variable):
             return average.assign(decay * average + (1.0 - decay) * variable)
@@ -353,5 +356,6 @@ class Trainer:
             raise TrainingError(
                 f"training loss became {loss} by step {step}; stopped without saving. "
                 f"The last good checkpoint is kept: {kept}. Lower {self.learning_rate_field} "
-                f"(now {self.config.learning_rate}) or train.clip_norm (now {self.config.clip_norm})."
+                f"(now {self.optimizer_config.learning_rate}) "
+                f"or optimizer.clip_norm (now {self.optimizer_config.clip_norm})."
             )

@@ -10,10 +10,10 @@ from pipeline.readers import read_examples
 CONFIG = {
     "model": TINY_MODEL,
     "data": WORD_TOKENS,
+    "optimizer": {"learning_rate": 3e-3},
     "train": {
         "batch_size": 32,
         "epochs": 2,
-        "learning_rate": 3e-3,
         "pretrain_epochs": 0,
         "validation_split": 0.0,
         "refit": False,

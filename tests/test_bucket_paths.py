@@ -31,7 +31,8 @@ from tuning.sweep import run_sweep
 CONFIG = {
     "model": {**TINY_MODEL, "dropout_rate": 0.1},
     "data": WORD_TOKENS,
-    "train": {"batch_size": 32, "epochs": 2, "learning_rate": 3e-3, "checkpoint_every": 3, "pretrain_epochs": 1},
+    "optimizer": {"learning_rate": 3e-3},
+    "train": {"batch_size": 32, "epochs": 2, "checkpoint_every": 3, "pretrain_epochs": 1},
 }
 TEXTS = ["our team beat their team", "the food was good but the room was awful", ""]
 

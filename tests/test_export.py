@@ -133,7 +133,8 @@ def test_serving_signatures_call_no_xla(exported):
 ENSEMBLE_MEMBER = {  # a few seconds of training each on the demo corpus
     "model": {**TINY_MODEL, "dropout_rate": 0.1},
     "data": WORD_TOKENS,
-    "train": {"batch_size": 32, "epochs": 1, "learning_rate": 3e-3, "pretrain_epochs": 0},
+    "optimizer": {"learning_rate": 3e-3},
+    "train": {"batch_size": 32, "epochs": 1, "pretrain_epochs": 0},
 }
 SENTENCES = ["our team beat their team", "the food was good but the room was awful", "", "北京"]
 

@@ -25,11 +25,11 @@ from pipeline.trainer import TrainingError
 TINY = {
     "model": {**TINY_MODEL, "max_length": 24},
     "data": WORD_TOKENS,
+    "optimizer": {"learning_rate": 3e-3},
     # The held-out slice and the refit (on by default) are off but in the test of members' refits.
     "train": {
         "batch_size": 32,
         "epochs": 3,
-        "learning_rate": 3e-3,
         "checkpoint_every": 50,
         "pretrain_epochs": 0,
         "validation_split": 0.0,
@@ -297,8 +297,8 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
     unread = {
         "model": {"num_classes": 5, "pooling": "mean", "head_shared_kernel": False},
         "data": {"label_column": "sentiment"},
+        "optimizer": {"learning_rate": 0.5, "weight_averaging": 0.5},
         "train": {
-            "learning_rate": 0.5,
             "batch_size": 8,
             "token_dropout": 0.3,
             "best_metric": "macro_f1",
@@ -307,7 +307,6 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
             "members": 4,
             "refit": True,
             "validation_split": 0.3,
-            "weight_averaging": 0.5,
             "class_weight": "balanced",
         },
     }
@@ -337,7 +336,7 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
     )
     assert finished_pretraining(classifier, vocabulary, [str(tmp_path), run]) == run
     for differing in (
-        {"train": {"warmup_fraction": 0.2}},
+        {"optimizer": {"warmup_fraction": 0.2}},
         {"model": {"dropout_rate": 0.1}},
         {"train": {"pretrain_epochs": saved.train.epochs + 1}},
         {"pretrain": {"learning_rate": 1e-3}},
@@ -349,21 +348,22 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
 
 @pytest.mark.slow
 def test_a_diverging_masked_lm_names_its_own_learning_rate(tmp_path):
-    # Masked-LM trains at pretrain.learning_rate, not train's: the message must
+    # Masked-LM trains at pretrain.learning_rate, not optimizer's: the message must
     # send the user to the field that set the rate that diverged.
     texts = tmp_path / "docs.txt"
     texts.write_text("\n".join(text for text, _ in generate(400, seed=5)) + "\n", encoding="utf-8")
     config = Config.from_dict(
         {
             **TINY,
-            "train": {**TINY["train"], "epochs": 2, "clip_norm": 1e30},
+            "optimizer": {**TINY["optimizer"], "clip_norm": 1e30},
+            "train": {**TINY["train"], "epochs": 2},
             "pretrain": {**TINY["pretrain"], "learning_rate": 1e20},
         }
     )
     with pytest.raises(
         TrainingError,
         match=r"loss became nan .* Lower pretrain\.learning_rate \(now 1e\+20\) "
-        r"or train\.clip_norm \(now 1e\+30\)",
+        r"or optimizer\.clip_norm \(now 1e\+30\)",
     ):
         pretrain(config, str(tmp_path / "run"), str(texts))
 

@@ -25,7 +25,8 @@ from pipeline.trainer import Trainer, build_optimizer
 TINY = {
     "model": {**TINY_MODEL, "dropout_rate": 0.1},
     "data": WORD_TOKENS,
-    "train": {"epochs": 1, "learning_rate": 3e-3, "pretrain_epochs": 0, "validation_split": 0.0, "refit": False},
+    "optimizer": {"learning_rate": 3e-3},
+    "train": {"epochs": 1, "pretrain_epochs": 0, "validation_split": 0.0, "refit": False},
 }
 # The compiled step's losses against the same step op by op, both in
 # mixed_bfloat16: XLA fuses and rounds bfloat16 differently, nothing more.
@@ -99,10 +100,13 @@ def test_gradients_are_summed_over_replicas_once(tmp_path, monkeypatch, two_repl
     strategy = two_replicas
     config = Config.from_dict(TINY)
     model_config = dataclasses.replace(config.model, vocabulary_size=30, num_classes=3)
-    train_config = dataclasses.replace(config.train, batch_size=4, weight_averaging=0.0)
+    train_config = dataclasses.replace(config.train, batch_size=4)
+    optimizer_config = dataclasses.replace(config.optimizer, weight_averaging=0.0)
     with strategy.scope():
         model = build_model(model_config)
-        trainer = Trainer(model, build_optimizer(train_config, 10), strategy, train_config, str(tmp_path))
+        trainer = Trainer(
+            model, build_optimizer(optimizer_config, 10), strategy, train_config, optimizer_config, str(tmp_path)
+        )
     ids = np.random.default_rng(0).integers(1, 30, size=(4, 16)).astype("int32")
     batches = tf.data.Dataset.from_tensors((ids, np.arange(4, dtype="int32") % 3)).repeat()
     trainer._train_steps(iter(strategy.experimental_distribute_dataset(batches)), tf.constant(1))

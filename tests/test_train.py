@@ -33,12 +33,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {
     "model": TINY_MODEL,
     "data": WORD_TOKENS,
+    "optimizer": {"learning_rate": 3e-3},
     # Pre-training (on by default) has tests of its own in test_pretrain.py; the held-out slice of the
     # training files and the refit (on by default) theirs below (DEFAULT_SPLIT).
     "train": {
         "batch_size": 32,
         "epochs": 2,
-        "learning_rate": 3e-3,
         "checkpoint_every": 10,
         "pretrain_epochs": 0,
         "validation_split": 0.0,
@@ -125,9 +125,10 @@ def test_prediction_scores_every_example_once_from_two_replicas(tmp_path, two_re
         model = build_model(model_config)
         trainer = Trainer(
             model,
-            build_optimizer(config.train, 10),
+            build_optimizer(config.optimizer, 10),
             mirrored,
             dataclasses.replace(config.train, batch_size=4),
+            config.optimizer,
             str(tmp_path),
         )
     probabilities, labels = trainer.predict(split)  # 10 rows in 3 global batches of 2 x 2
@@ -143,7 +144,12 @@ def test_kept_weights_are_the_best_epochs_or_the_last(tmp_path, keep_best_epoch)
     split = _random_split(64)
     model = build_model(model_config)
     trainer = Trainer(
-        model, build_optimizer(config.train, 6), tf.distribute.get_strategy(), config.train, str(tmp_path)
+        model,
+        build_optimizer(config.optimizer, 6),
+        tf.distribute.get_strategy(),
+        config.train,
+        config.optimizer,
+        str(tmp_path),
     )
     weights = []
 
@@ -168,14 +174,15 @@ def test_weight_averaging_scores_and_keeps_the_moving_average_of_the_trained_wei
     split = _random_split(32)
     trajectories = {}
     for averaging in (0.0, decay):
-        config = _config(weight_averaging=averaging)  # TINY: no dropout
+        config = override(_config(), {"optimizer": {"weight_averaging": averaging}})  # TINY: no dropout
         keras.utils.set_random_seed(0)  # the same initial weights
         model = build_model(dataclasses.replace(config.model, vocabulary_size=30, num_classes=3))
         trainer = Trainer(
             model,
-            build_optimizer(config.train, 8),
+            build_optimizer(config.optimizer, 8),
             tf.distribute.get_strategy(),
             config.train,
+            config.optimizer,
             str(tmp_path / str(averaging)),
         )
         weights = [[w.numpy() for w in model.trainable_variables]]
@@ -237,7 +244,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
     train = load_split(corpus[0], config.data, tokenizer, names)
     model = build_model(config.model)
     strategy = tf.distribute.get_strategy()
-    trainer = Trainer(model, build_optimizer(config.train, 40), strategy, config.train, model_dir)
+    trainer = Trainer(model, build_optimizer(config.optimizer, 40), strategy, config.train, config.optimizer, model_dir)
     trainer.restore()
     kernel = model.get_layer("head").logits.kernel
     good = np.asarray(kernel).copy()
@@ -245,7 +252,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
     with pytest.raises(
         TrainingError,
         match=r"loss became nan .*last good checkpoint is kept: .*ckpt-20\. Lower "
-        r"train\.learning_rate \(now 0\.003\) or train\.clip_norm \(now 1\.0\)",
+        r"optimizer\.learning_rate \(now 0\.003\) or optimizer\.clip_norm \(now 1\.0\)",
     ):
         trainer.fit(functools.partial(train_dataset, train, 32, 0), len(train), epochs=2)
     assert tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR)) == saved
@@ -643,9 +650,10 @@ def test_class_weights_scale_each_examples_loss_by_its_label(tmp_path):
     split = _random_split(6)
     trainer = Trainer(
         model,
-        build_optimizer(config.train, 6),
+        build_optimizer(config.optimizer, 6),
         tf.distribute.get_strategy(),
         config.train,
+        config.optimizer,
         str(tmp_path),
         class_weights=np.array([1.0, 3.0, 0.5], "float32"),
     )

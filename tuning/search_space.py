@@ -31,10 +31,10 @@ SEARCH_SPACE = {
     # Each size is learned and tokenized once per process, the first time a trial asks.
     "vocabulary_size": ("data", "vocabulary_size", {"values": [2000, 4000, 8000, 16000]}),
     "token_dropout": ("train", "token_dropout", {"values": [0.0, 0.1, 0.2]}),
-    "learning_rate": ("train", "learning_rate", {"min": 1e-4, "max": 3e-3, "sampling": "log"}),
+    "learning_rate": ("optimizer", "learning_rate", {"min": 1e-4, "max": 3e-3, "sampling": "log"}),
     # The masked-LM rate of a trial's pre-training (none with train.pretrain_epochs 0).
     "pretrain_learning_rate": ("pretrain", "learning_rate", {"min": 3e-4, "max": 3e-3, "sampling": "log"}),
-    "warmup_fraction": ("train", "warmup_fraction", {"values": [0.0, 0.06, 0.1]}),
+    "warmup_fraction": ("optimizer", "warmup_fraction", {"values": [0.0, 0.06, 0.1]}),
     "batch_size": ("train", "batch_size", {"values": [16, 32, 64]}),
 }
 
@@ -83,7 +83,7 @@ def sample(hp, space, config=None):
             values[name] = hp.Float(
                 name, spec["min"], spec["max"], step=spec.get("step"), sampling=spec.get("sampling", "linear")
             )
-    overrides = {"model": {}, "data": {}, "train": {}, "pretrain": {}}
+    overrides = {"model": {}, "data": {}, "optimizer": {}, "train": {}, "pretrain": {}}
     for name, value in values.items():
         section, field, _ = space[name]
         if name == "intermediate_multiple":
