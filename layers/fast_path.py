@@ -2,7 +2,7 @@
 
 On CPUs the layers train through hand-written gradients and small
 XLA-compiled passes (`layers.fused_gradients`, the hashed masks of
-`layers.dropout`, the batched attention of `TransformerBlock`), because
+`layers.dropout`, `TransformerBlock`'s `layers.fast_block`), because
 TensorFlow's op-by-op kernels spend most of a small model's step on
 memory-bound passes. A TPU compiles the whole step with XLA, which fuses
 those passes on its own, so there the layers are plain Keras composition.

@@ -2,7 +2,7 @@ import numpy as np
 
 from graph_helper import xla_compiled_ops
 from layer_test_helper import run_layer_test
-from layers import TransformerBlock
+from layers import TransformerBlock, fast_block
 
 
 def _inputs():
@@ -43,7 +43,7 @@ def test_attention_equals_keras_multi_head_attention():
         full_mask = None if key_mask is None else np.broadcast_to(key_mask, (2, 5, 5))
         results = []
         for attend in (
-            lambda: block._attend(x, key_mask, return_attention_scores=True),
+            lambda: fast_block.attend(block, x, key_mask, return_attention_scores=True),
             lambda: block.attention(x, x, attention_mask=full_mask, return_attention_scores=True),
         ):
             with tf.GradientTape() as tape:
