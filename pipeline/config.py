@@ -103,8 +103,14 @@ class OptimizerConfig:
 class TrainConfig:
     # Global batch size, split evenly across replicas.
     batch_size: int = 64
-    # Passes over the training data.
-    epochs: int = 3
+    # Passes over the training data; 0 derives them from its size: enough for min_steps optimizer steps, at
+    # least 3, so that a small corpus trains hundreds of steps rather than a few dozen.
+    epochs: int = 0
+    # The fewest optimizer steps derived epochs give the classifier.
+    min_steps: int = 1000
+    # Stop once this many epochs in a row have not bettered the kept epoch's validation score (0: never), so
+    # that derived epochs end when the held-out score does.
+    patience: int = 3
     # Batches group texts of similar length, cut to their longest rounded up to this multiple, since padding
     # costs as much as real tokens; 0 keeps max_length, as TPUs always do.
     length_bucket: int = 8
@@ -161,6 +167,11 @@ class TrainConfig:
             raise ValueError(f"train.pretrain_epochs must be 0 (none) or more, got {self.pretrain_epochs}")
         if self.members < 1:
             raise ValueError(f"train.members must be 1 or more, got {self.members}")
+        for name in ("epochs", "patience"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"train.{name} must be 0 or more, got {getattr(self, name)}")
+        if self.min_steps < 1:
+            raise ValueError(f"train.min_steps must be 1 or more, got {self.min_steps}")
         if self.best_metric not in BEST_METRICS:
             raise ValueError(f"train.best_metric must be one of {', '.join(BEST_METRICS)}, got {self.best_metric!r}")
         if self.class_weight not in ("none", "balanced"):

@@ -73,7 +73,9 @@ from pipeline.tokenizer import Tokenizer
 from pipeline.trainer import Predictor, Trainer, TrainingError, build_optimizer
 
 # Fields `prepare_data` fills in from the data and the vocabulary.
-DERIVED_FIELDS = {"model": ("vocabulary_size", "num_classes", "max_length")}
+DERIVED_FIELDS = {"model": ("vocabulary_size", "num_classes", "max_length"), "train": ("epochs",)}
+# Derived epochs (train.epochs 0) are at least this many, and at most the other.
+MIN_EPOCHS, MAX_EPOCHS = 3, 200
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +93,7 @@ class PreparedData:
     evaluation: object
     held_out: bool
     whole: object = None  # with `held_out`, every training example, in file order
+    derived_epochs: bool = False  # whether `train.epochs` came from the data (it was 0)
 
     def refit_split(self):
         """The examples `refit` trains on: every training example, and the
@@ -310,13 +313,18 @@ def _print_start(data, strategy, precision):
     config, train = data.config, data.train
     filled = int((train.ids[:, -1] != 0).sum())  # truncated, or exactly max_length long
     held = f"{len(data.validation)} validation (held out of the training files) and " if data.held_out else ""
+    derived = f" (derived: at least {config.train.min_steps} steps)" if data.derived_epochs else ""
+    patience = (
+        f", stopping after {config.train.patience} without a better validation score" if config.train.patience else ""
+    )
     print(
         f"{len(train)} training, {held}{len(data.evaluation)} evaluation examples, "
         f"{len(data.names)} classes, vocabulary of {len(data.tokenizer.vocabulary)}, max length "
         f"{config.model.max_length} ({filled} training examples fill it and may be truncated), "
         f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}, "
         f"batches of {config.train.batch_size}, {config.train.steps_per_execution} steps per host round trip, "
-        f"a checkpoint every {config.train.checkpoint_every} steps"
+        f"a checkpoint every {config.train.checkpoint_every} steps, {config.train.epochs} epoch(s)"
+        f"{derived}{patience}"
         f"{'' if fast_path.enabled() else ', plain Keras layers'}"
         f"{', XLA-compiled steps' if config.train.jit_compile else ''}"
     )
@@ -425,6 +433,7 @@ def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None
     """
     output = output_dir(model_dir, strategy or tf.distribute.get_strategy())
     tf.io.gfile.makedirs(output)
+    original_epochs = config.train.epochs
     train_examples = read_split(train, config.data)  # read once: vocabulary and split
     names, tokenizer = _vocabulary(model_dir, output, config, train_examples, vocabulary_from)
     train = load_split(train_examples, config.data, tokenizer, names)
@@ -438,9 +447,22 @@ def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None
             num_classes=len(names),
             max_length=tokenizer.max_length,
         ),
+        train=dataclasses.replace(config.train, epochs=epochs_for(config.train, len(train))),
     )
+    derived = not original_epochs
     run_dir.check_or_save_config(output, config)
-    return PreparedData(config, names, tokenizer, train, validation, evaluation, held_out is not None, whole)
+    return PreparedData(
+        config, names, tokenizer, train, validation, evaluation, held_out is not None, whole, derived_epochs=derived
+    )
+
+
+def epochs_for(train_config, examples):
+    """`train.epochs`, or where it is 0 the epochs that give `examples` at
+    least `train.min_steps` optimizer steps (`MIN_EPOCHS` to `MAX_EPOCHS`)."""
+    if train_config.epochs:
+        return train_config.epochs
+    steps_per_epoch = max(1, examples // train_config.batch_size)
+    return min(MAX_EPOCHS, max(MIN_EPOCHS, -(-train_config.min_steps // steps_per_epoch)))
 
 
 def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_dir, epochs=None):

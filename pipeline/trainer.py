@@ -283,10 +283,13 @@ class Trainer:
         `best.weights.h5` in `output_dir` and their epoch (counted from 1)
         and score to `best_epoch.json`. With `weight_averaging`, the model
         holds the moving averages of its weights while it is scored and
-        saved, and once training ends; it trains on its own. Returns the mean training loss of
-        every epoch, by epoch number: those finished before a resume are read
-        back from `epoch_losses.json` (a run found finished returns them all);
-        an epoch resumed in its middle averages the steps after the resume.
+        saved, and once training ends; it trains on its own. With
+        `train.patience`, training stops once that many epochs in a row have
+        not bettered the kept one's score (a run started again after that
+        stop trains no more). Returns the mean training loss of every epoch,
+        by epoch number: those finished before a resume are read back from
+        `epoch_losses.json` (a run found finished returns them all); an epoch
+        resumed in its middle averages the steps after the resume.
         """
         steps_per_epoch = num_examples // self.config.batch_size
         if steps_per_epoch == 0:
@@ -297,6 +300,10 @@ class Trainer:
             print(f"Resuming from the checkpoint at step {step} of {total_steps}.")
         writer = tf.summary.create_file_writer(os.path.join(self.output_dir, LOGS_DIR, "train"))
         epoch_losses = self._finished_epoch_losses(step // steps_per_epoch)
+        patience = self.config.patience if on_epoch_end and self.config.keep_best_epoch else 0
+        best_epoch = self._kept_epoch() if patience else 0
+        if patience and step % steps_per_epoch == 0 and step // steps_per_epoch - best_epoch >= patience:
+            step = total_steps  # stopped early before the restart: nothing more to train
         while step < total_steps:
             epoch, offset = divmod(step, steps_per_epoch)
             print(f"Epoch {epoch + 1}/{epochs}")
@@ -336,10 +343,22 @@ class Trainer:
                 self.model.save_weights(os.path.join(self.output_dir, BEST_WEIGHTS))
                 with atomic_write(os.path.join(self.output_dir, BEST_EPOCH)) as f:
                     json.dump({"epoch": epoch + 1, "score": float(score)}, f)
+                best_epoch = epoch + 1
             self._swap_averages()
             self.manager.save(checkpoint_number=step)
+            if patience and epoch + 1 - best_epoch >= patience and step < total_steps:
+                print(f"No better validation score in {patience} epochs: stopped after epoch {epoch + 1} of {epochs}")
+                break
         self._swap_averages()  # the model ends holding what it would keep
         return epoch_losses
+
+    def _kept_epoch(self):
+        # The epoch best.weights.h5 holds, 0 before any was kept.
+        path = os.path.join(self.output_dir, BEST_EPOCH)
+        if not tf.io.gfile.exists(path):
+            return 0
+        with open_text(path) as f:
+            return json.load(f)["epoch"]
 
     def _finished_epoch_losses(self, finished):
         # What earlier processes recorded for the epochs the checkpoint has finished.

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import TINY_MODEL, WORD_TOKENS
-from pipeline.config import Config, override
+from pipeline.config import Config, TrainConfig, override
 from pipeline.dataset import Split, hold_out, load_split, tokenize, train_dataset
 from pipeline.layout import CHECKPOINT_DIR, REFIT_DIR
 from pipeline.metrics import log_loss
@@ -24,8 +24,8 @@ from pipeline.model import build_model
 from pipeline.model_dir import load_run, restore_model, restore_variables
 from pipeline.pretrain import pretrain
 from pipeline.readers import read_examples
+from pipeline.train import epochs_for, train_and_evaluate
 from pipeline.train import main as train_main
-from pipeline.train import train_and_evaluate
 from pipeline.trainer import Trainer, TrainingError, build_optimizer
 from process_helper import free_ports
 
@@ -134,6 +134,66 @@ def test_prediction_scores_every_example_once_from_two_replicas(tmp_path, two_re
     probabilities, labels = trainer.predict(split)  # 10 rows in 3 global batches of 2 x 2
     np.testing.assert_array_equal(labels, split.labels)
     np.testing.assert_allclose(probabilities, model(split.ids), atol=1e-6)
+
+
+def test_derived_epochs_give_every_corpus_at_least_min_steps():
+    config = TrainConfig(epochs=0, min_steps=1000, batch_size=64)
+    assert epochs_for(config, 27_473) == 3  # 429 steps an epoch: the floor of 3
+    assert epochs_for(config, 540) == 125  # 8 steps an epoch
+    assert epochs_for(config, 100) == 200  # 1 step an epoch: the cap
+    assert epochs_for(dataclasses.replace(config, epochs=5), 540) == 5  # given, kept
+
+
+@pytest.mark.slow
+def test_training_stops_after_patience_epochs_without_a_better_score_and_stays_stopped(tmp_path):
+    config = dataclasses.replace(_config().train, patience=2)
+    optimizer_config = _config().optimizer
+    model_config = dataclasses.replace(_config().model, vocabulary_size=30, num_classes=3)
+    split = _random_split(64)
+    scores = [0.5, 0.9, 0.7, 0.6, 0.95, 0.99]  # the best at epoch 2, then two worse: stop after 4 of 6
+    saved = []
+
+    def trainer():
+        model = build_model(model_config)
+        return model, Trainer(
+            model,
+            build_optimizer(optimizer_config, 12),
+            tf.distribute.get_strategy(),
+            config,
+            optimizer_config,
+            str(tmp_path),
+        )
+
+    model, first = trainer()
+
+    def on_epoch_end(epoch):
+        saved.append(model.get_weights())
+        return scores[epoch]
+
+    losses = first.fit(functools.partial(train_dataset, split, 32, 0), len(split), 6, on_epoch_end)
+    assert sorted(losses) == [1, 2, 3, 4] and int(first.step.numpy()) == 8
+    assert json.load(open(tmp_path / "best_epoch.json"))["epoch"] == 2
+    model.load_weights(str(tmp_path / "best.weights.h5"))
+    for value, expected in zip(model.get_weights(), saved[1]):
+        np.testing.assert_array_equal(value, expected)
+    # Started again, it finds the stop and trains no more.
+    _, again = trainer()
+    assert sorted(again.fit(functools.partial(train_dataset, split, 32, 0), len(split), 6, on_epoch_end)) == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    assert int(again.step.numpy()) == 8 and len(saved) == 4
+
+
+@pytest.mark.slow
+def test_derived_epochs_are_said_and_saved(tmp_path, corpus, capsys):
+    # 640 examples less the held-out tenth, in batches of 32: 18 steps an epoch, 3 epochs for 40 steps at least.
+    config = _default_split_config(epochs=0, min_steps=40, pretrain_epochs=0, refit=False)
+    train_and_evaluate(config, str(tmp_path / "run"), *corpus, export=False)
+    assert json.load(open(tmp_path / "run" / "config.json"))["train"]["epochs"] == 3
+    assert "3 epoch(s) (derived: at least 40 steps), stopping after 3 without a better" in capsys.readouterr().out
 
 
 @pytest.mark.slow
