@@ -183,7 +183,9 @@ def this_project(train_path, test_path, directory, epochs, overrides=None, whole
 
     config = run_config(overrides, epochs, whole_split)
     report = train_and_evaluate(config, directory, train_path, test_path)
-    result = {**score_export(os.path.join(directory, EXPORT_DIR), test_path), "epochs": config.train.epochs}
+    with open(os.path.join(directory, "config.json")) as f:  # the epochs the run derived, or was given
+        epochs = json.load(f)["train"]["epochs"]
+    result = {**score_export(os.path.join(directory, EXPORT_DIR), test_path), "epochs": epochs}
     if "validation" in report:  # the kept epoch's, on the held-out slice
         result["validation_accuracy"] = report["validation"]["accuracy"]
         result["validation_loss"] = report["validation"]["loss"]

