@@ -7,10 +7,12 @@ again with the same command, it resumes from its last checkpoint. It holds
 out --validation-split of the training examples (10%, stratified) to keep
 the best epoch on, pre-trains on the other training texts for
 --pretrain-epochs masked-LM epochs (as pipeline.pretrain does, in
-DIR/pretrain; 0 trains from scratch), fine-tunes the classifier from that,
-then trains it again from the same start on all the training examples up to
-the kept epoch (the refit, in DIR/refit; --no-refit exports the kept epoch)
-and exports that. --eval only scores the exported model: it chooses nothing
+DIR/pretrain; 0 trains from scratch), fine-tunes the classifier from that
+(for --epochs, by default enough for train.min_steps steps, stopping after
+train.patience epochs without a better held-out score), then trains it
+again from the same start on all the training examples up to the kept
+epoch (the refit, in DIR/refit; --no-refit exports the kept epoch) and
+exports that. --eval only scores the exported model: it chooses nothing
 and is never trained on. With --validation-split 0, --eval chooses the epoch
 instead (give it a validation set then) and the refit trains on it too.
 --members N fine-tunes N classifiers from the one pre-training (seeds
@@ -596,6 +598,7 @@ def parse_args(argv=None):
         "tokenizer": ("data", "tokenizer", str),
         "max-length": ("model", "max_length", int),
         "epochs": ("train", "epochs", int),
+        "patience": ("train", "patience", int),
         "batch-size": ("train", "batch_size", int),
         "learning-rate": ("optimizer", "learning_rate", float),
         "seed": ("train", "seed", int),
@@ -613,7 +616,9 @@ def parse_args(argv=None):
     notes = {
         "tokenizer": "wordpiece or word; ",
         "max-length": "0 derives it from the training data; ",
+        "epochs": "0 derives them: enough for train.min_steps steps, at least 3; ",
         "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
+        "patience": "stop after this many epochs without a better validation score, 0 = never; ",
         "validation-split": "fraction of --train held out to keep the best epoch on, 0 = keep it on --eval; ",
         "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
         "best-metric": "the validation score that keeps the epoch: loss (the lowest), accuracy or macro_f1; ",

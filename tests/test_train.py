@@ -234,7 +234,7 @@ def test_weight_averaging_scores_and_keeps_the_moving_average_of_the_trained_wei
     split = _random_split(32)
     trajectories = {}
     for averaging in (0.0, decay):
-        config = override(_config(), {"optimizer": {"weight_averaging": averaging}})  # TINY: no dropout
+        config = override(_config(patience=0), {"optimizer": {"weight_averaging": averaging}})  # TINY: no dropout
         keras.utils.set_random_seed(0)  # the same initial weights
         model = build_model(dataclasses.replace(config.model, vocabulary_size=30, num_classes=3))
         trainer = Trainer(
