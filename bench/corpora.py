@@ -171,7 +171,9 @@ def main():
     parser.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated, of {', '.join(CORPORA)}")
     parser.add_argument("--arms", default='{"default": {}}', help="JSON: arm name -> config overrides")
     parser.add_argument("--skip-keras-hub", action="store_true", help="leave out keras-hub's classifier")
-    parser.add_argument("--out", default=os.path.join("bench", "results", "corpora.json"))
+    parser.add_argument(
+        "--out", default=os.path.join("bench", "results", "corpora.json"), help="JSON of every corpus's scores"
+    )
     args = parser.parse_args()
     arms = json.loads(args.arms)
     results = {}
