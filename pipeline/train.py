@@ -96,6 +96,7 @@ class PreparedData:
     held_out: bool
     whole: object = None  # with `held_out`, every training example, in file order
     derived_epochs: bool = False  # whether `train.epochs` came from the data (it was 0)
+    repeated: list = dataclasses.field(default_factory=list)  # `repeated_texts` of the evaluation files
 
     def refit_split(self):
         """The examples `refit` trains on: every training example, and the
@@ -171,6 +172,7 @@ def train_and_evaluate(
         classifiers.append(train_member(data, model_dir, member, tpu, strategy, init_from))
     report = classifiers[0].report if len(classifiers) == 1 else ensemble(classifiers, data, model_dir, strategy)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
+    report["evaluation_texts_in_training"] = len(data.repeated)
     _write_report(report, output)
     _print_report(report, data, members=len(classifiers))
     if export:
@@ -345,6 +347,13 @@ def _print_report(report, data, members):
     print(format_report(report))
     if warning := one_class_warning(report):
         print(warning)
+    if data.repeated:
+        source, training = data.repeated[0]
+        print(
+            f"Warning: {len(data.repeated)} of the {len(data.evaluation)} evaluation examples "
+            f"({len(data.repeated) / len(data.evaluation):.1%}) repeat a training text (the first: {source}, "
+            f"as {training}); on those the scores measure recall of the training files, not generalization."
+        )
     _print_skipped(report["skipped_rows"])
     if data.config.train.refits and not data.held_out:
         print(
@@ -439,7 +448,8 @@ def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None
     train_examples = read_split(train, config.data)  # read once: vocabulary and split
     names, tokenizer = _vocabulary(model_dir, output, config, train_examples, vocabulary_from)
     train = load_split(train_examples, config.data, tokenizer, names)
-    evaluation = load_split(eval_paths, config.data, tokenizer, names)
+    evaluation_examples = read_split(eval_paths, config.data)
+    evaluation = load_split(evaluation_examples, config.data, tokenizer, names)
     validation = evaluation if held_out is None else load_split(held_out, config.data, tokenizer, names)
     config = dataclasses.replace(
         config,
@@ -454,8 +464,26 @@ def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None
     derived = not original_epochs
     run_dir.check_or_save_config(output, config)
     return PreparedData(
-        config, names, tokenizer, train, validation, evaluation, held_out is not None, whole, derived_epochs=derived
+        config,
+        names,
+        tokenizer,
+        train,
+        validation,
+        evaluation,
+        held_out is not None,
+        whole,
+        derived_epochs=derived,
+        repeated=repeated_texts(train_examples if whole is None else whole, evaluation_examples),
     )
+
+
+def repeated_texts(training, evaluation):
+    """The sources ("file:line") of the `evaluation` examples whose text is
+    also a training text's, each with the first such training source."""
+    first = {}
+    for text, source in zip(training.texts, training.sources):
+        first.setdefault(text, source)
+    return [(source, first[text]) for text, source in zip(evaluation.texts, evaluation.sources) if text in first]
 
 
 def epochs_for(train_config, examples):

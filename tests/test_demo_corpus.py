@@ -44,3 +44,14 @@ def test_bag_of_words_stays_near_chance():
     test_accuracy = model.evaluate(x_test, y_test, verbose=0)[1]
     assert train_accuracy > 0.6  # it does fit the training set ...
     assert abs(test_accuracy - 0.5) < 0.05, test_accuracy  # ... and learns nothing that transfers
+
+
+def test_the_test_split_holds_no_training_sentence_and_the_training_split_is_the_first_drawn(tmp_path):
+    train, test = write_demo_corpus(tmp_path, train_size=4000, test_size=1000)
+    read = lambda path: [tuple(line.rsplit(",", 1)) for line in open(path).read().splitlines()[1:]]  # noqa: E731
+    train_rows, test_rows = read(train), read(test)
+    assert len(test_rows) == 1000 and not {text for text, _ in train_rows} & {text for text, _ in test_rows}
+    # The draw does repeat sentences: the first 5,000 put about one in seven of the last 1,000 in the first 4,000.
+    drawn = generate(5000, seed=0)
+    assert 100 < sum(text in {t for t, _ in drawn[:4000]} for text, _ in drawn[4000:]) < 200
+    assert len(train_rows) == 4000

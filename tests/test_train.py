@@ -732,3 +732,20 @@ def test_class_weight_is_said_at_the_start_and_saved(tmp_path, corpus, capsys):
         assert json.load(f)["train"]["class_weight"] == "negative:1,positive:2.5"
     with pytest.raises(ValueError, match="names class 'neutral', which the training data does not have"):
         train_and_evaluate(_config(epochs=1, class_weight="neutral:2"), str(tmp_path / "other"), *corpus)
+
+
+@pytest.mark.slow
+def test_evaluation_texts_that_repeat_training_texts_are_counted_and_named(tmp_path, corpus, capsys):
+    with open(corpus[0]) as f:
+        lines = f.read().splitlines()
+    evaluation = tmp_path / "eval.csv"
+    evaluation.write_text("\n".join([lines[0], *lines[1:21], *open(corpus[1]).read().splitlines()[1:31]]) + "\n")
+    report = train_and_evaluate(_config(epochs=1), str(tmp_path / "run"), corpus[0], str(evaluation), export=False)
+    assert report["evaluation_texts_in_training"] == 20
+    assert json.load(open(tmp_path / "run" / "metrics.json"))["evaluation_texts_in_training"] == 20
+    assert (
+        f"Warning: 20 of the 50 evaluation examples (40.0%) repeat a training text (the first: {evaluation}:2, "
+        f"as {corpus[0]}:2)" in capsys.readouterr().out
+    )
+    clean = train_and_evaluate(_config(epochs=1), str(tmp_path / "clean"), *corpus, export=False)
+    assert clean["evaluation_texts_in_training"] == 0 and "repeat a training text" not in capsys.readouterr().out
