@@ -263,7 +263,7 @@ def main():
     print(f"\n{'corpus':<22}{'arm':<26}{'accuracy':>10}{'macro-F1':>10}{'seconds':>9}   minus TF-IDF, accuracy")
     for name, corpus in results.items():
         for arm, value in corpus.items():
-            if not isinstance(value, dict):
+            if not isinstance(value, dict) or "accuracy" not in value:  # a figure, or the split's counts
                 continue
             versus = value.get("vs_tfidf_logistic_regression", {}).get("accuracy")
             versus = (

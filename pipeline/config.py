@@ -49,8 +49,9 @@ class ModelConfig:
     norm_first: bool = False
     # Epsilon of every layer normalization (BERT and ALBERT use 1e-12).
     layer_norm_epsilon: float = 1e-12
-    # Head pooling: "flatten" (the source design), "mean" or "first" ([CLS]).
-    pooling: str = "flatten"
+    # Head pooling: "mean" over the real tokens, "flatten" (the source design's head: a weight per position,
+    # which small corpora overfit; bench/README.md) or "first" ([CLS]).
+    pooling: str = "mean"
     # The flatten head's kernel as one kernel all positions share plus a per-position one starting at zero:
     # the same linear map, but it learns from every token (ClassificationHead).
     head_shared_kernel: bool = True

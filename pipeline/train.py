@@ -625,6 +625,7 @@ def parse_args(argv=None):
         "label-column": ("data", "label_column", str),
         "tokenizer": ("data", "tokenizer", str),
         "max-length": ("model", "max_length", int),
+        "pooling": ("model", "pooling", str),
         "epochs": ("train", "epochs", int),
         "patience": ("train", "patience", int),
         "batch-size": ("train", "batch_size", int),
@@ -644,6 +645,7 @@ def parse_args(argv=None):
     notes = {
         "tokenizer": "wordpiece or word; ",
         "max-length": "0 derives it from the training data; ",
+        "pooling": "the head's: mean, flatten (the source design's) or first; ",
         "epochs": "0 derives them: enough for train.min_steps steps, at least 3; ",
         "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
         "patience": "stop after this many epochs without a better validation score, 0 = never; ",

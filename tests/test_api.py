@@ -27,7 +27,7 @@ def test_train_then_load_classifier_scores_the_evaluation_files_as_the_run_did(t
     config_file.write_text(json.dumps(CONFIG))
     report = train(str(tmp_path / "run"), *corpus, config=str(config_file))
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["accuracy"] == report["accuracy"]
-    assert report["accuracy"] > 0.6  # chance is about 1/3: it learned the word-order task
+    assert report["accuracy"] > 0.6  # chance is about 1/2: it learned the word-order task
 
     classifier = load_classifier(str(tmp_path / "run"))  # the run's directory: its latest export
     assert classifier.path == str(tmp_path / "run" / "export" / "1")
