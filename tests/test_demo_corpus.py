@@ -1,4 +1,5 @@
 import collections
+import csv
 
 import keras
 import numpy as np
@@ -48,10 +49,10 @@ def test_bag_of_words_stays_near_chance():
 
 def test_the_test_split_holds_no_training_sentence_and_the_training_split_is_the_first_drawn(tmp_path):
     train, test = write_demo_corpus(tmp_path, train_size=4000, test_size=1000)
-    read = lambda path: [tuple(line.rsplit(",", 1)) for line in open(path).read().splitlines()[1:]]  # noqa: E731
-    train_rows, test_rows = read(train), read(test)
-    assert len(test_rows) == 1000 and not {text for text, _ in train_rows} & {text for text, _ in test_rows}
-    # The draw does repeat sentences: the first 5,000 put about one in seven of the last 1,000 in the first 4,000.
+    train_rows, test_rows = ([tuple(row) for row in csv.reader(open(path))][1:] for path in (train, test))
     drawn = generate(5000, seed=0)
-    assert 100 < sum(text in {t for t, _ in drawn[:4000]} for text, _ in drawn[4000:]) < 200
-    assert len(train_rows) == 4000
+    assert train_rows == drawn[:4000]
+    training_texts = {text for text, _ in train_rows}
+    assert len(test_rows) == 1000 and not training_texts & {text for text, _ in test_rows}
+    # The draw does repeat sentences: the first 5,000 put about one in seven of the last 1,000 in the first 4,000.
+    assert 100 < sum(text in training_texts for text, _ in drawn[4000:]) < 200
