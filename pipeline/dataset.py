@@ -84,19 +84,28 @@ def concatenate(splits):
 
 
 def hold_out(examples, fraction, seed=HOLD_OUT_SEED):
-    """`(kept, held_out)`: `Examples` of `fraction` of each label's examples,
-    drawn at random with `seed`, and of the rest, each in file order.
+    """`(kept, held_out)`: `Examples` of `fraction` of each label's distinct
+    texts, drawn at random with `seed`, and of the rest, each in file order.
 
-    Every label keeps at least one example; the rows the reader skipped are
-    counted with the kept ones. A draw that holds out nothing is an error.
+    Every copy of a drawn text is held out with it, so the held-out score
+    never rewards recalling a training text; a text given two labels stays
+    in training. Every label keeps at least one text; the rows the reader
+    skipped are counted with the kept ones. A draw that holds out nothing is
+    an error.
     """
+    rows = collections.defaultdict(list)
+    for index, text in enumerate(examples.texts):
+        rows[text].append(index)
     labels = np.asarray(examples.labels, dtype=object)
+    single = [group for group in rows.values() if len(set(labels[group])) == 1]
+    first = np.array([group[0] for group in single], dtype=np.int64)
     rng = np.random.default_rng(seed)
     chosen = np.zeros(len(labels), bool)
     for label in sorted(set(examples.labels)):
-        indices = np.flatnonzero(labels == label)
-        count = min(round(fraction * len(indices)), len(indices) - 1)
-        chosen[rng.permutation(indices)[:count]] = True
+        groups = np.flatnonzero(labels[first] == label) if len(first) else np.array([], np.int64)
+        count = min(round(fraction * len(groups)), len(groups) - 1)
+        for group in rng.permutation(groups)[: max(count, 0)]:
+            chosen[single[group]] = True
     if not chosen.any():
         raise ValueError(
             f"train.validation_split {fraction} of {len(labels)} training examples holds out none: "

@@ -189,6 +189,21 @@ def test_concatenated_splits_are_the_split_of_all_their_files(tmp_path):
     assert joined.skipped == whole.skipped and sum(whole.skipped.values()) == 3
 
 
+def test_held_out_slice_takes_every_copy_of_a_text_and_leaves_texts_of_two_labels_in_training():
+    # 60 distinct texts of label a, each written three times; 30 of b once; "both" is given a and b.
+    texts = [f"a {i % 60}" for i in range(180)] + [f"b {i}" for i in range(30)] + ["both", "both"]
+    labels = ["a"] * 180 + ["b"] * 30 + ["a", "b"]
+    examples = Examples(texts, labels, [f"f.csv:{i + 2}" for i in range(len(texts))], collections.Counter())
+    kept, held_out = hold_out(examples, 0.1)
+    assert not set(kept.texts) & set(held_out.texts)
+    # A tenth of each label's distinct texts, with all their copies: 6 texts of a (18 rows), 3 of b.
+    assert collections.Counter(held_out.labels) == {"a": 18, "b": 3}
+    assert collections.Counter(held_out.texts) == {text: 3 for text in held_out.texts if text.startswith("a")} | {
+        text: 1 for text in held_out.texts if text.startswith("b")
+    }
+    assert kept.texts.count("both") == 2 and len(kept.texts) + len(held_out.texts) == len(texts)
+
+
 def test_held_out_slice_is_stratified_seeded_disjoint_and_keeps_every_label():
     labels = ["a"] * 700 + ["b"] * 250 + ["c"] * 45 + ["d"] * 5 + ["e"]
     texts = [f"text {i}" for i in range(len(labels))]
