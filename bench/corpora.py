@@ -34,6 +34,13 @@ the dimensions and token ids of the first arm's run, trained for as many
 epochs as fit in that run's wall time (bench/accuracy.py's settings
 otherwise; `--skip-keras-hub` leaves it out). Each model's difference from
 TF-IDF comes with a 95% paired bootstrap interval over the test texts.
+
+`--segment jieba` or `--segment sentencepiece:8000` measures other units than
+the tokenizer's (which splits CJK text into characters): the texts are cut
+into jieba's words or the pieces of a SentencePiece unigram model learned
+from the training split, each unit written as one id-named word, and the
+arms run on those with `--tokenizer word` (TF-IDF keeps the raw texts).
+Serving would need the same segmenter in front of the SavedModel.
 """
 
 import argparse
@@ -153,6 +160,57 @@ def chatbot_topics(cache):
     return os.path.join(directory, "train.csv"), os.path.join(directory, "test.csv")
 
 
+def segment(train_path, test_path, how, directory):
+    """`(train.csv, test.csv)` with every text cut into units by `how`
+    ("jieba" or "sentencepiece:SIZE"), each unit written as a word `u<id>`,
+    and the config overrides that make the run take the units as its words."""
+    import unicodedata
+
+    (texts, labels), (test_texts, test_labels) = read(train_path), read(test_path)
+    normalized = [unicodedata.normalize("NFKC", text).lower() for text in texts]
+    if how == "jieba":
+        import jieba
+
+        ids = {}
+
+        def units(text):
+            return [ids.setdefault(word, len(ids)) for word in jieba.cut(text) if word.strip()]
+
+        size = 30000
+    else:
+        import sentencepiece
+
+        size = int(how.split(":")[1])
+        model = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(normalized),
+            model_writer=model,
+            vocab_size=size,
+            model_type="unigram",
+            character_coverage=0.9995,
+            hard_vocab_limit=False,
+            normalization_rule_name="identity",
+            num_threads=1,
+            minloglevel=2,
+        )
+        units = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue()).encode
+    os.makedirs(directory, exist_ok=True)
+    paths = os.path.join(directory, "train.csv"), os.path.join(directory, "test.csv")
+    for path, part, part_labels in zip(paths, (texts, test_texts), (labels, test_labels)):
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["text", "label"])
+            for text, label in zip(part, part_labels):
+                unit_ids = units(unicodedata.normalize("NFKC", text).lower())
+                writer.writerow([" ".join(f"u{unit}" for unit in unit_ids), label])
+    return paths, {"data": {"tokenizer": "word", "vocabulary_size": size, "lower_case": False}}
+
+
+def merged(base, overrides):
+    """`base` config overrides updated by `overrides`, section by section."""
+    return {key: {**base.get(key, {}), **overrides.get(key, {})} for key in {*base, *overrides}}
+
+
 def tweets(cache):
     return fetch_corpus(cache)
 
@@ -199,6 +257,7 @@ def main():
     parser.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated, of {', '.join(CORPORA)}")
     parser.add_argument("--arms", default='{"default": {}}', help="JSON: arm name -> config overrides")
     parser.add_argument("--skip-keras-hub", action="store_true", help="leave out keras-hub's classifier")
+    parser.add_argument("--segment", help="jieba or sentencepiece:SIZE: the arms take those units as words")
     parser.add_argument(
         "--out", default=os.path.join("bench", "results", "corpora.json"), help="JSON of every corpus's scores"
     )
@@ -238,10 +297,16 @@ def main():
             )
             return result
 
-        directories = {arm: os.path.join(args.cache, "runs", name, arm.replace(" ", "_")) for arm in arms}
+        runs = os.path.join(args.cache, "runs", name + (f"_{args.segment.replace(':', '_')}" if args.segment else ""))
+        units = {}
+        if args.segment:
+            (train_path, test_path), units = segment(train_path, test_path, args.segment, os.path.join(runs, "texts"))
+        directories = {arm: os.path.join(runs, arm.replace(" ", "_")) for arm in arms}
         for arm, overrides in arms.items():
             shutil.rmtree(directories[arm], ignore_errors=True)  # never resume a run of other code
-            corpus[arm] = timed(lambda: this_project(train_path, test_path, directories[arm], None, overrides))
+            corpus[arm] = timed(
+                lambda: this_project(train_path, test_path, directories[arm], None, merged(units, overrides))
+            )
         if not args.skip_keras_hub:
             first = next(iter(arms))
             corpus["keras-hub AlbertClassifier"] = timed(
