@@ -38,7 +38,8 @@ TF-IDF comes with a 95% paired bootstrap interval over the test texts.
 `--segment jieba` or `--segment sentencepiece:8000` measures other units than
 the tokenizer's (which splits CJK text into characters): the texts are cut
 into jieba's words or the pieces of a SentencePiece unigram model learned
-from the training split, each unit written as one id-named word, and the
+from the training split (`jieba-longest`: by greedy longest match over the
+words jieba found in the training split twice or more), each unit written as one id-named word, and the
 arms run on those with `--tokenizer word` (TF-IDF keeps the raw texts).
 Serving would need the same segmenter in front of the SavedModel.
 """
@@ -168,13 +169,32 @@ def segment(train_path, test_path, how, directory):
 
     (texts, labels), (test_texts, test_labels) = read(train_path), read(test_path)
     normalized = [unicodedata.normalize("NFKC", text).lower() for text in texts]
-    if how == "jieba":
+    if how.startswith("jieba"):
         import jieba
 
         ids = {}
 
         def units(text):
             return [ids.setdefault(word, len(ids)) for word in jieba.cut(text) if word.strip()]
+
+        if how == "jieba-longest":
+            # jieba only learns the words: texts are cut by greedy longest match
+            # over the training texts' words seen twice, as a TF op could serve.
+            counts = collections.Counter(word for text in normalized for word in jieba.cut(text) if word.strip())
+            words = {word for word, count in counts.items() if count >= 2}
+            longest = min(12, max(map(len, words)))
+
+            def units(text):
+                found, start = [], 0
+                while start < len(text):
+                    end = next(
+                        (e for e in range(min(len(text), start + longest), start, -1) if text[start:e] in words),
+                        start + 1,
+                    )
+                    if text[start:end].strip():
+                        found.append(ids.setdefault(text[start:end], len(ids)))
+                    start = end
+                return found
 
         size = 30000
     else:
@@ -257,7 +277,7 @@ def main():
     parser.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated, of {', '.join(CORPORA)}")
     parser.add_argument("--arms", default='{"default": {}}', help="JSON: arm name -> config overrides")
     parser.add_argument("--skip-keras-hub", action="store_true", help="leave out keras-hub's classifier")
-    parser.add_argument("--segment", help="jieba or sentencepiece:SIZE: the arms take those units as words")
+    parser.add_argument("--segment", help="jieba, jieba-longest or sentencepiece:SIZE: the arms' words")
     parser.add_argument(
         "--out", default=os.path.join("bench", "results", "corpora.json"), help="JSON of every corpus's scores"
     )
