@@ -83,6 +83,14 @@ class DataConfig:
     lower_case: bool = True
     # Unicode normalization applied before splitting ("NFKC", "NFD", "").
     normalization_form: str = "NFKC"
+    # Chinese text as words (those jieba finds in the training texts, cut by longest match) instead of one
+    # token per character: "auto" (when Chinese characters are at least half of the training texts'
+    # letters), "on" or "off". Measured in bench/README.md.
+    chinese_words: str = "auto"
+
+    def __post_init__(self):
+        if self.chinese_words not in ("auto", "on", "off"):
+            raise ValueError(f"data.chinese_words must be auto, on or off, got {self.chinese_words!r}")
 
 
 @dataclasses.dataclass

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from pipeline.labels import encode_labels, label_names
 from pipeline.readers import Examples, read_examples
-from pipeline.tokenizer import CLS_ID, LONGEST, PAD_ID, UNK_ID, Tokenizer
+from pipeline.tokenizer import CLS_ID, LONGEST, PAD_ID, UNK_ID, Tokenizer, mostly_chinese
 
 TOKENIZE_BATCH = 1024
 # Seed of the held-out draw (`hold_out`): fixed, not train.seed, so a run's
@@ -143,6 +143,7 @@ def learn_vocabulary(paths, data_config, max_length, reuse=None):
 
 def learn_tokenizer(texts, data_config, max_length):
     """A tokenizer learned from `texts` with the data config's settings."""
+    chinese_words = data_config.chinese_words
     return Tokenizer.learn(
         texts,
         kind=data_config.tokenizer,
@@ -151,6 +152,7 @@ def learn_tokenizer(texts, data_config, max_length):
         max_length=max_length,
         lower_case=data_config.lower_case,
         normalization_form=data_config.normalization_form,
+        chinese_words=chinese_words == "on" or (chinese_words == "auto" and mostly_chinese(texts)),
     )
 
 

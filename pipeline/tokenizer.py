@@ -4,14 +4,19 @@ Text is repaired (invalid UTF-8 becomes U+FFFD), Unicode-normalized,
 optionally case-folded, and split on whitespace, punctuation and between
 Chinese/Japanese/Korean ideographs and symbols such as emoji (tensorflow-
 text's BERT pre-tokenizer).
-The words are then looked up whole (word vocabulary, as the source design)
-or split into WordPiece units. Every sequence starts with [CLS] and is
-truncated and zero-padded to `max_length`.
+With `chinese_words`, a run of Chinese characters is one pre-token instead,
+cut into the longest words of the vocabulary, left to right (the words
+jieba found in the training texts; a character is the fallback). The words
+are then looked up whole (word vocabulary, as the source design) or split
+into WordPiece units. Every sequence starts with [CLS] and is truncated and
+zero-padded to `max_length`.
 """
 
 import collections
 import json
+import logging
 import os
+import re
 import weakref
 
 import numpy as np
@@ -30,6 +35,22 @@ RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
 KINDS = ("wordpiece", "word")
 LONGEST = 512  # the cap of a max_length derived from the data
+
+# Chinese characters of the Basic Multilingual Plane (CJK Unified Ideographs,
+# Extension A, Compatibility), as character-class ranges for re and RE2; the
+# rarer planes stay one token per character, as in BERT.
+HAN_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF))
+_HAN_CLASS = "".join(f"\\x{{{low:04X}}}-\\x{{{high:04X}}}" for low, high in HAN_RANGES)
+_HAN_RUN = f"[{_HAN_CLASS}]+"
+_HAN_PYTHON = re.compile("[" + "".join(f"{chr(low)}-{chr(high)}" for low, high in HAN_RANGES) + "]+")
+# tensorflow-text's BERT pre-tokenizer (bert_tokenizer._DELIM_REGEX) with a
+# run of those characters kept as one delimiter instead of each alone.
+_PUNCTUATION = r"[!-/]|[:-@]|[\[-`]|[{-~]|[\p{P}]"
+_RARE_HAN = "|".join(
+    r"[\x{%X}-\x{%X}]" % bounds
+    for bounds in ((0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0x2F800, 0x2FA1F))
+)
+_KEEP_RUNS = f"{_PUNCTUATION}|{_HAN_RUN}|{_RARE_HAN}"
 
 # Each tokenizer's `__call__` traced once per settings (`max_length` may be
 # set after construction) rather than once per split, without AutoGraph
@@ -55,13 +76,42 @@ def first_words(word_ids, pieces):
     return tf.ragged.boolean_mask(word_ids, fits)
 
 
-def count_words(texts, lower_case=_DEFAULTS.lower_case, normalization_form=_DEFAULTS.normalization_form):
-    """`{word: count}` of `texts` (a list of strings), split as `Tokenizer.words` splits them."""
-    probe = Tokenizer(list(RESERVED_TOKENS), "word", LONGEST, lower_case, normalization_form)
+def count_words(
+    texts, lower_case=_DEFAULTS.lower_case, normalization_form=_DEFAULTS.normalization_form, chinese_words=None
+):
+    """`{word: count}` of `texts` (a list of strings), split as `Tokenizer.words`
+    splits them; `chinese_words`: the Chinese words to cut runs into, if any."""
+    vocabulary = list(RESERVED_TOKENS) + list(chinese_words or [])
+    probe = Tokenizer(vocabulary, "word", LONGEST, lower_case, normalization_form, chinese_words is not None)
     counts = collections.Counter()
     for batch in tf.data.Dataset.from_tensor_slices(texts).batch(4096):
         counts.update(probe.words(batch).flat_values.numpy())
     return {word.decode("utf-8"): count for word, count in counts.items()}
+
+
+def mostly_chinese(texts):
+    """Whether Chinese characters are at least half of the letters of `texts`."""
+    letters = han = 0
+    for text in texts:
+        letters += sum(character.isalpha() for character in text)
+        han += sum(map(len, _HAN_PYTHON.findall(text)))
+    return han >= 0.5 * max(letters, 1)
+
+
+def learn_chinese_words(texts, min_count):
+    """The words of two or more Chinese characters that jieba finds in the runs
+    of `texts` (normalized strings) at least `min_count` times, most frequent first."""
+    import jieba  # only needed to learn a vocabulary; serving cuts runs with the vocabulary alone
+
+    jieba.setLogLevel(logging.WARNING)
+    counts = collections.Counter(
+        word for text in texts for run in _HAN_PYTHON.findall(text) for word in jieba.lcut(run) if len(word) > 1
+    )
+    return sorted((w for w, c in counts.items() if c >= max(1, min_count)), key=lambda w: (-counts[w], w))
+
+
+def _is_chinese_word(token):
+    return len(token) > 1 and _HAN_PYTHON.fullmatch(token) is not None
 
 
 def wordpiece_vocabulary(counts, vocabulary_size, min_count, learn=wordpiece_learner.learn):
@@ -91,6 +141,7 @@ class Tokenizer(tf.Module):
         max_length=128,
         lower_case=_DEFAULTS.lower_case,
         normalization_form=_DEFAULTS.normalization_form,
+        chinese_words=False,
     ):
         super().__init__(name="tokenizer")
         if kind not in KINDS:
@@ -103,8 +154,22 @@ class Tokenizer(tf.Module):
             "max_length": int(max_length),
             "lower_case": bool(lower_case),
             "normalization_form": normalization_form or "",
+            "chinese_words": bool(chinese_words),
         }
         self._words = BasicTokenizer(lower_case=False)
+        if chinese_words:
+            # Every character of the ranges is a unit, so that any run can be cut.
+            units = ["[UNK]"] + [t for t in self.vocabulary if _is_chinese_word(t)]
+            units += [chr(c) for low, high in HAN_RANGES for c in range(low, high + 1)]
+            self._runs = tf_text.FastWordpieceTokenizer(
+                units,
+                suffix_indicator="",
+                max_bytes_per_word=1 << 30,
+                token_out_type=tf.string,
+                unknown_token="[UNK]",
+                no_pretokenization=True,
+                support_detokenization=False,
+            )
         self._tokens = tf.constant(self.vocabulary)
         if kind == "wordpiece":
             self._wordpiece = tf_text.FastWordpieceTokenizer(
@@ -120,16 +185,31 @@ class Tokenizer(tf.Module):
     def max_length(self):
         return self.settings["max_length"]
 
-    def words(self, texts):
-        """Pre-tokenized words of a `[batch]` string tensor, ragged."""
+    def normalized(self, texts):
+        """A `[batch]` string tensor repaired, normalized and case-folded as the settings say."""
         texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
         if self.settings["normalization_form"]:
             texts = tf_text.normalize_utf8(texts, self.settings["normalization_form"])
         if self.settings["lower_case"]:
             texts = tf_text.case_fold_utf8(texts)
+        return texts
+
+    def words(self, texts):
+        """Pre-tokenized words of a `[batch]` string tensor, ragged."""
+        texts = self.normalized(texts)
         # Symbols such as emoji stand alone, as ideographs do ("😀dog").
         texts = tf.strings.regex_replace(texts, r"(\p{So})", r" \1 ")
-        return self._words.tokenize(texts)  # (batch, (words))
+        if not self.settings["chinese_words"]:
+            return self._words.tokenize(texts)  # (batch, (words))
+        texts = tf.strings.regex_replace(texts, r"\p{Cc}|\p{Cf}", " ")  # as BasicTokenizer does
+        words = tf_text.regex_split(texts, rf"\s+|{_KEEP_RUNS}", _KEEP_RUNS)
+        # Runs cut into words; any other word comes back as one [UNK] and is kept as it was.
+        flat = words.flat_values
+        units = self._runs.tokenize(flat)
+        lengths = units.row_lengths()
+        runs = tf.repeat(tf.strings.regex_full_match(flat, _HAN_RUN), lengths)
+        units = units.with_flat_values(tf.where(runs, units.flat_values, tf.repeat(flat, lengths)))
+        return words.with_flat_values(units).merge_dims(1, 2)
 
     def __call__(self, texts):
         words = self.words(texts)
@@ -181,6 +261,7 @@ class Tokenizer(tf.Module):
         max_length=128,
         lower_case=_DEFAULTS.lower_case,
         normalization_form=_DEFAULTS.normalization_form,
+        chinese_words=False,
     ):
         """Learns a vocabulary from training `texts` (a list of strings).
 
@@ -190,14 +271,32 @@ class Tokenizer(tf.Module):
         (its algorithm, counted faster: `pipeline.wordpiece_learner`), with
         `min_count` as its lowest frequency threshold. `max_length=0`
         derives the length from the texts (see `fitting_length`).
+
+        `chinese_words`: up to `vocabulary_size` Chinese words that jieba
+        finds at least `min_count` times (`learn_chinese_words`) are added
+        whole, and runs of Chinese characters are cut into them.
         """
-        counts = count_words(texts, lower_case, normalization_form)
+        found = None
+        if chinese_words:
+            probe = cls(list(RESERVED_TOKENS), "word", LONGEST, lower_case, normalization_form)
+            normalized = [
+                text.decode("utf-8")
+                for batch in tf.data.Dataset.from_tensor_slices(texts).batch(4096)
+                for text in probe.normalized(batch).numpy()
+            ]
+            found = learn_chinese_words(normalized, min_count)[:vocabulary_size]
+        counts = count_words(texts, lower_case, normalization_form, found)
         if kind == "word":
             frequent = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
             vocabulary = list(RESERVED_TOKENS) + frequent[: vocabulary_size - len(RESERVED_TOKENS)]
         else:
             vocabulary = wordpiece_vocabulary(counts, vocabulary_size, min_count)
-        tokenizer = cls(vocabulary, kind, max_length or LONGEST, lower_case, normalization_form)
+        if found:
+            # Whole, so that the runs' cuts are the words looked up; a word the
+            # cuts never produce (a longer one always wins) is left out.
+            known = set(vocabulary)
+            vocabulary += [w for w in found if w not in known and counts.get(w, 0) >= min_count]
+        tokenizer = cls(vocabulary, kind, max_length or LONGEST, lower_case, normalization_form, chinese_words)
         if not max_length:
             tokenizer.settings["max_length"] = tokenizer.fitting_length(texts)
         return tokenizer

@@ -323,7 +323,8 @@ def _print_start(data, strategy, precision):
     )
     print(
         f"{len(train)} training, {held}{len(data.evaluation)} evaluation examples, "
-        f"{len(data.names)} classes, vocabulary of {len(data.tokenizer.vocabulary)}, max length "
+        f"{len(data.names)} classes, vocabulary of {len(data.tokenizer.vocabulary)}"
+        f"{' (Chinese as words)' if data.tokenizer.settings['chinese_words'] else ''}, max length "
         f"{config.model.max_length} ({filled} training examples fill it and may be truncated), "
         f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}, "
         f"batches of {config.train.batch_size}, {config.train.steps_per_execution} steps per host round trip, "
@@ -624,6 +625,7 @@ def parse_args(argv=None):
         "text-column": ("data", "text_column", str),
         "label-column": ("data", "label_column", str),
         "tokenizer": ("data", "tokenizer", str),
+        "chinese-words": ("data", "chinese_words", str),
         "max-length": ("model", "max_length", int),
         "pooling": ("model", "pooling", str),
         "epochs": ("train", "epochs", int),
@@ -644,6 +646,7 @@ def parse_args(argv=None):
     }
     notes = {
         "tokenizer": "wordpiece or word; ",
+        "chinese-words": "auto, on or off: Chinese as the words jieba finds in training, not characters; ",
         "max-length": "0 derives it from the training data; ",
         "pooling": "the head's: mean, flatten (the source design's) or first; ",
         "epochs": "0 derives them: enough for train.min_steps steps, at least 3; ",

@@ -71,6 +71,26 @@ def test_fresh_process_matches_the_keras_model(exported):
     assert served["tokens"][:1] == ["[CLS]"] and set(served["tokens"][1:]) == {"[PAD]"}
 
 
+def test_an_export_cutting_chinese_into_words_serves_them_in_a_fresh_process(tmp_path):
+    from pipeline.config import ModelConfig
+    from pipeline.export import export_saved_model
+    from pipeline.model import build_model
+    from pipeline.tokenizer import Tokenizer
+
+    reviews = ["这个手机很好用，电池也不错", "手机的屏幕很好", "电池不错，就是有点贵", "iPhone手机很好用"] * 3
+    tokenizer = Tokenizer.learn(reviews, vocabulary_size=100, min_count=2, max_length=24, chinese_words=True)
+    dimensions = dict(hidden_size=32, embedding_size=16, num_layers=2, num_heads=2, intermediate_size=64)
+    model = build_model(
+        ModelConfig(vocabulary_size=len(tokenizer.vocabulary), num_classes=3, max_length=24, **dimensions)
+    )
+    path = export_saved_model(model, tokenizer, NAMES, str(tmp_path))
+    texts = ["我的手机电池不错", "手机" * 300, *STRANGE]
+    served = json.loads(_run(LOAD_AND_SERVE, path, json.dumps(texts)))
+    expected = np.asarray(model(tokenizer(tf.constant(texts))))
+    assert np.abs(np.asarray(served["probabilities"], "float32") - expected).max() <= 1e-5
+    assert served["tokens"][:7] == ["[CLS]", "手机", "手机", "手机", "手机", "手机", "手机"]
+
+
 def test_invalid_utf8_is_served(exported):
     _, _, _, path = exported
     code = LOAD_AND_SERVE.replace("json.loads(sys.argv[2])", "[b'\\xff\\xfe bad', b'ok \\xc3']")

@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline.dataset import tokenize
-from pipeline.tokenizer import CLS_ID, PAD_ID, RESERVED_TOKENS, UNK_ID, Tokenizer
+from pipeline.tokenizer import CLS_ID, PAD_ID, RESERVED_TOKENS, UNK_ID, Tokenizer, mostly_chinese
 
 CORPUS = [
     "The cat sat on the mat.",
@@ -23,6 +23,22 @@ def _tokens(tokenizer, text):
 @pytest.fixture(scope="module")
 def word():
     return Tokenizer.learn(CORPUS, kind="word", vocabulary_size=100, min_count=2, max_length=10)
+
+
+REVIEWS = [
+    "这个手机很好用，电池也不错",
+    "手机的屏幕很好",
+    "电池不错，就是有点贵",
+    "iPhone手机很好用!",
+    "这本书很好看",
+] * 3
+
+
+@pytest.fixture(scope="module")
+def chinese():
+    return Tokenizer.learn(
+        REVIEWS, kind="wordpiece", vocabulary_size=100, min_count=2, max_length=0, chinese_words=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +74,27 @@ def test_golden_wordpiece_tokens(wordpiece):
     assert _tokens(wordpiece, "") == ["[CLS]"]
 
 
+def test_chinese_runs_are_cut_into_the_words_jieba_found_in_training(chinese):
+    assert chinese.settings["chinese_words"] and {"手机", "电池", "不错", "屏幕"} <= set(chinese.vocabulary)
+    # Longest words first, a character where no word fits, [UNK] for a character never seen;
+    # other scripts and emoji as without Chinese words.
+    assert _tokens(chinese, "我的手机很好用") == ["[CLS]", "[UNK]", "的", "手机", "很", "好", "用"]
+    assert _tokens(chinese, "iPhone手机电池不错😀") == ["[CLS]", "iphone", "手机", "电池", "不错", "[UNK]"]
+    # A run far longer than a word is cut all the way (a tokenizer's word limit would make it one [UNK]).
+    assert _tokens(chinese, "手机" * 100)[1:] == ["手机"] * 15 and chinese.max_length == 16
+    # Without Chinese words, the same texts are one token per character.
+    characters = Tokenizer.learn(REVIEWS, kind="wordpiece", vocabulary_size=100, min_count=2)
+    assert _tokens(characters, "手机电池") == ["[CLS]", "手", "机", "电", "池"]
+    assert not any(len(t) > 1 and "\u4e00" <= t[0] <= "\u9fff" for t in characters.vocabulary)
+
+
+def test_chinese_words_are_chosen_for_mostly_chinese_texts():
+    assert mostly_chinese(REVIEWS)
+    assert not mostly_chinese(["The cat sat on the mat.", "北京很大"])  # 3 of 12 letters
+    assert not mostly_chinese(["これは日本語の文章です"])  # kana outnumber the kanji: 5 of 11 letters
+    assert not mostly_chinese(["", "123 !?"])
+
+
 def test_ids_are_static_int32_truncated_and_padded(word):
     ids = word(tf.constant(["the cat " * 20, "", b"\xff\xfe invalid bytes"])).numpy()
     assert ids.dtype == np.int32 and ids.shape == (3, 10)
@@ -66,12 +103,12 @@ def test_ids_are_static_int32_truncated_and_padded(word):
     assert ids[2, 1] == UNK_ID
 
 
-@pytest.mark.parametrize("kind", ["word", "wordpiece"])
-def test_vocabulary_reloads_to_identical_ids(tmp_path, kind, word, wordpiece):
-    tokenizer = {"word": word, "wordpiece": wordpiece}[kind]
+@pytest.mark.parametrize("kind", ["word", "wordpiece", "chinese"])
+def test_vocabulary_reloads_to_identical_ids(tmp_path, kind, word, wordpiece, chinese):
+    tokenizer = {"word": word, "wordpiece": wordpiece, "chinese": chinese}[kind]
     tokenizer.save(tmp_path)
     reloaded = Tokenizer.load(tmp_path)
-    texts = tf.constant(CORPUS + ["unseen 文字 😀", ""])
+    texts = tf.constant(CORPUS + REVIEWS + ["unseen 文字 😀", ""])
     np.testing.assert_array_equal(reloaded(texts), tokenizer(texts))
     assert reloaded.settings == tokenizer.settings
 
