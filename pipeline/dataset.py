@@ -156,6 +156,11 @@ def learn_tokenizer(texts, data_config, max_length):
     )
 
 
+def resolved_chinese_words(tokenizer):
+    """`data.chinese_words` as `tokenizer` resolved it: "on" or "off"."""
+    return "on" if tokenizer.settings["chinese_words"] else "off"
+
+
 def train_dataset(
     split, global_batch_size, seed, epoch=0, skip_batches=0, input_context=None, length_bucket=0, token_dropout=0.0
 ):

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from pipeline import model_dir as run_dir
 from pipeline.config import Config, override
-from pipeline.dataset import distribute, learn_tokenizer, usable_length_bucket
+from pipeline.dataset import distribute, learn_tokenizer, resolved_chinese_words, usable_length_bucket
 from pipeline.files import atomic_write, open_text
 from pipeline.layout import CHECKPOINT_DIR, PRETRAIN_METRICS_FILE, VOCABULARY_FILE
 from pipeline.masking import masked_lm_dataset, word_ids_of
@@ -99,7 +99,11 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     ).texts
     tokenizer = _vocabulary(model_dir, output, vocabulary_from, texts, config)
     config = override(
-        config, {"model": {"vocabulary_size": len(tokenizer.vocabulary), "max_length": tokenizer.max_length}}
+        config,
+        {
+            "model": {"vocabulary_size": len(tokenizer.vocabulary), "max_length": tokenizer.max_length},
+            "data": {"chinese_words": resolved_chinese_words(tokenizer)},
+        },
     )
     run_dir.check_or_save_config(output, config)
     print(

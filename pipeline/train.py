@@ -41,6 +41,7 @@ from pipeline.dataset import (
     learn_vocabulary,
     load_split,
     read_split,
+    resolved_chinese_words,
     train_dataset,
     usable_length_bucket,
 )
@@ -75,7 +76,11 @@ from pipeline.tokenizer import Tokenizer
 from pipeline.trainer import Predictor, Trainer, TrainingError, build_optimizer
 
 # Fields `prepare_data` fills in from the data and the vocabulary.
-DERIVED_FIELDS = {"model": ("vocabulary_size", "num_classes", "max_length"), "train": ("epochs",)}
+DERIVED_FIELDS = {
+    "model": ("vocabulary_size", "num_classes", "max_length"),
+    "data": ("chinese_words",),
+    "train": ("epochs",),
+}
 # Derived epochs (train.epochs 0) are at least this many, and at most the other.
 MIN_EPOCHS, MAX_EPOCHS = 3, 200
 
@@ -460,6 +465,7 @@ def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None
             num_classes=len(names),
             max_length=tokenizer.max_length,
         ),
+        data=dataclasses.replace(config.data, chinese_words=resolved_chinese_words(tokenizer)),
         train=dataclasses.replace(config.train, epochs=epochs_for(config.train, len(train))),
     )
     derived = not original_epochs

@@ -750,3 +750,25 @@ def test_evaluation_texts_that_repeat_training_texts_are_counted_and_named(tmp_p
     )
     clean = train_and_evaluate(_config(epochs=1), str(tmp_path / "clean"), *corpus, export=False)
     assert clean["evaluation_texts_in_training"] == 0 and "repeat a training text" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_chinese_training_texts_are_cut_into_words_said_saved_and_resumed(tmp_path, corpus, capsys):
+    rows = [("这个手机很好用，电池也不错", "positive"), ("屏幕太差了，电池也不行", "negative")] * 40
+    chinese = tmp_path / "chinese.csv"
+    with open(chinese, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([("text", "label"), *rows])
+    run = str(tmp_path / "run")
+    train_and_evaluate(_config(epochs=1), run, str(chinese), str(chinese), export=False)
+    assert "(Chinese as words)" in capsys.readouterr().out
+    _, tokenizer, _ = load_run(run)
+    ids = tokenizer(tf.constant(["手机电池"]))[0]
+    assert [t.decode() for t in tokenizer.tokens(ids).numpy()[:3]] == ["[CLS]", "手机", "电池"]
+    # config.json holds the choice "auto" resolved to; the same command resumes.
+    assert Config.load(os.path.join(run, "config.json")).data.chinese_words == "on"
+    train_and_evaluate(_config(epochs=1), run, str(chinese), str(chinese), export=False)
+    assert "Resuming from the checkpoint at step 2 of 2" in capsys.readouterr().out
+    # English training texts stay as they were.
+    train_and_evaluate(_config(epochs=1), str(tmp_path / "english"), *corpus, export=False)
+    assert Config.load(os.path.join(tmp_path, "english", "config.json")).data.chinese_words == "off"
+    assert "(Chinese as words)" not in capsys.readouterr().out
