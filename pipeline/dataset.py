@@ -102,9 +102,9 @@ def hold_out(examples, fraction, seed=HOLD_OUT_SEED):
     rng = np.random.default_rng(seed)
     chosen = np.zeros(len(labels), bool)
     for label in sorted(set(examples.labels)):
-        groups = np.flatnonzero(labels[first] == label) if len(first) else np.array([], np.int64)
+        groups = np.flatnonzero(labels[first] == label)
         count = min(round(fraction * len(groups)), len(groups) - 1)
-        for group in rng.permutation(groups)[: max(count, 0)]:
+        for group in rng.permutation(groups)[:count]:
             chosen[single[group]] = True
     if not chosen.any():
         raise ValueError(
