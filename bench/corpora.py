@@ -35,13 +35,13 @@ epochs as fit in that run's wall time (bench/accuracy.py's settings
 otherwise; `--skip-keras-hub` leaves it out). Each model's difference from
 TF-IDF comes with a 95% paired bootstrap interval over the test texts.
 
-`--segment jieba` or `--segment sentencepiece:8000` measures other units than
-the tokenizer's (which splits CJK text into characters): the texts are cut
-into jieba's words or the pieces of a SentencePiece unigram model learned
-from the training split (`jieba-longest`: by greedy longest match over the
-words jieba found in the training split twice or more), each unit written as one id-named word, and the
-arms run on those with `--tokenizer word` (TF-IDF keeps the raw texts).
-Serving would need the same segmenter in front of the SavedModel.
+`--segment jieba`, `jieba-longest` or `sentencepiece:8000` measures other
+units for Chinese than the tokenizer's: the texts are cut into jieba's
+words, into the words jieba found twice or more in the training split by
+greedy longest match, or into the pieces of a SentencePiece unigram model
+learned from the training split; each unit is written as one id-named word
+and the arms run on those with `--tokenizer word` (TF-IDF keeps the raw
+texts). Serving would need the same segmenter in front of the SavedModel.
 """
 
 import argparse
@@ -163,47 +163,48 @@ def chatbot_topics(cache):
 
 def segment(train_path, test_path, how, directory):
     """`(train.csv, test.csv)` with every text cut into units by `how`
-    ("jieba" or "sentencepiece:SIZE"), each unit written as a word `u<id>`,
-    and the config overrides that make the run take the units as its words."""
+    ("jieba", "jieba-longest" or "sentencepiece:SIZE"), each unit written as
+    a word `u<id>`, and the config overrides that make the run take the
+    units as its words."""
     import unicodedata
 
     (texts, labels), (test_texts, test_labels) = read(train_path), read(test_path)
-    normalized = [unicodedata.normalize("NFKC", text).lower() for text in texts]
-    if how.startswith("jieba"):
+    texts, test_texts = ([unicodedata.normalize("NFKC", text).lower() for text in part] for part in (texts, test_texts))
+    size = 30000
+    if how == "jieba":
         import jieba
 
-        ids = {}
+        def cut(text):
+            return [word for word in jieba.cut(text) if word.strip()]
 
-        def units(text):
-            return [ids.setdefault(word, len(ids)) for word in jieba.cut(text) if word.strip()]
+    elif how == "jieba-longest":
+        import jieba
 
-        if how == "jieba-longest":
-            # jieba only learns the words: texts are cut by greedy longest match
-            # over the training texts' words seen twice, as a TF op could serve.
-            counts = collections.Counter(word for text in normalized for word in jieba.cut(text) if word.strip())
-            words = {word for word, count in counts.items() if count >= 2}
-            longest = min(12, max(map(len, words)))
+        # jieba only learns the words: texts are cut by greedy longest match
+        # over the training texts' words seen twice, as a TF op could serve.
+        counts = collections.Counter(word for text in texts for word in jieba.cut(text) if word.strip())
+        words = {word for word, count in counts.items() if count >= 2}
+        longest = min(12, max(map(len, words)))
 
-            def units(text):
-                found, start = [], 0
-                while start < len(text):
-                    end = next(
-                        (e for e in range(min(len(text), start + longest), start, -1) if text[start:e] in words),
-                        start + 1,
-                    )
-                    if text[start:end].strip():
-                        found.append(ids.setdefault(text[start:end], len(ids)))
-                    start = end
-                return found
+        def cut(text):
+            found, start = [], 0
+            while start < len(text):
+                end = next(
+                    (e for e in range(min(len(text), start + longest), start, -1) if text[start:e] in words),
+                    start + 1,
+                )
+                if text[start:end].strip():
+                    found.append(text[start:end])
+                start = end
+            return found
 
-        size = 30000
     else:
         import sentencepiece
 
         size = int(how.split(":")[1])
         model = io.BytesIO()
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(normalized),
+            sentence_iterator=iter(texts),
             model_writer=model,
             vocab_size=size,
             model_type="unigram",
@@ -213,7 +214,8 @@ def segment(train_path, test_path, how, directory):
             num_threads=1,
             minloglevel=2,
         )
-        units = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue()).encode
+        cut = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue()).encode  # the pieces' own ids
+    ids = {}  # of the words jieba's cuts give, in order of first appearance
     os.makedirs(directory, exist_ok=True)
     paths = os.path.join(directory, "train.csv"), os.path.join(directory, "test.csv")
     for path, part, part_labels in zip(paths, (texts, test_texts), (labels, test_labels)):
@@ -221,8 +223,8 @@ def segment(train_path, test_path, how, directory):
             writer = csv.writer(f)
             writer.writerow(["text", "label"])
             for text, label in zip(part, part_labels):
-                unit_ids = units(unicodedata.normalize("NFKC", text).lower())
-                writer.writerow([" ".join(f"u{unit}" for unit in unit_ids), label])
+                units = (unit if isinstance(unit, int) else ids.setdefault(unit, len(ids)) for unit in cut(text))
+                writer.writerow([" ".join(f"u{unit}" for unit in units), label])
     return paths, {"data": {"tokenizer": "word", "vocabulary_size": size, "lower_case": False}}
 
 
