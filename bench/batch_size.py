@@ -31,22 +31,23 @@ import tensorflow as tf  # noqa: E402
 from accuracy import default_fit_split, default_fit_vocabulary, read  # noqa: E402
 from pipeline.config import override  # noqa: E402
 from pipeline.dataset import train_dataset  # noqa: E402
-from pipeline.masking import masked_lm_dataset, word_ids_of  # noqa: E402
+from pipeline.masking import masked_lm_dataset  # noqa: E402
 from pipeline.model import build_model, build_pretraining_model  # noqa: E402
 from pipeline.pretrain import masked_lm_configs  # noqa: E402
+from pipeline.text_stream import sequences_of  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
 
 def training_data(task, cache):
     """`(config, data, count)`: the default config resolved for the tweets'
-    fit slice and what `task` trains on there: the texts' `word_ids_of` for
+    fit slice and what `task` trains on there: the texts' `sequences_of` for
     masked-LM, the tokenized `Split` for classification; `count` texts."""
     if task == "classification":
         config, split = default_fit_split(cache)
         return config, split, len(split)
     config, fit_path, _, tokenizer = default_fit_vocabulary(cache)
     texts = read(fit_path)[0]
-    return config, word_ids_of(texts, tokenizer), len(texts)
+    return config, sequences_of(texts, tokenizer), len(texts)
 
 
 def arm(task, config, data, size, directory):

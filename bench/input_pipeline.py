@@ -32,7 +32,8 @@ import tensorflow as tf  # noqa: E402
 from pipeline.config import Config  # noqa: E402
 from pipeline.dataset import learn_vocabulary, load_split, train_dataset  # noqa: E402
 from pipeline.demo_corpus import generate  # noqa: E402
-from pipeline.masking import masked_lm_dataset, word_ids_of  # noqa: E402
+from pipeline.masking import masked_lm_dataset  # noqa: E402
+from pipeline.text_stream import sequences_of  # noqa: E402
 from pipeline.model import build_model, build_pretraining_model  # noqa: E402
 from pipeline.pretrain import masked_lm_configs  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
@@ -70,9 +71,9 @@ def warm_input(split, config):
     return count / (time.perf_counter() - start)
 
 
-def masked_lm_batches(word_ids, tokenizer, config, epoch=0):
+def masked_lm_batches(sequences, tokenizer, config, epoch=0):
     return masked_lm_dataset(
-        word_ids,
+        sequences,
         len(tokenizer.vocabulary),
         tokenizer.max_length,
         config.pretrain.batch_size,
@@ -84,11 +85,12 @@ def masked_lm_batches(word_ids, tokenizer, config, epoch=0):
 
 
 def masked_lm_input(texts, tokenizer, config, epochs=3):
-    """`(word ids, texts/s tokenizing them, texts/s of the first epoch of
-    masked batches, texts/s of the later ones)`; as in training, every epoch
-    is a new dataset, and the first traces the masking."""
+    """`(sequences, texts/s tokenizing and packing them, texts/s of the first
+    epoch of masked batches, texts/s of the later ones)`; as in training,
+    every epoch is a new dataset, and the first traces the masking."""
     start = time.perf_counter()
-    word_ids = word_ids_of(texts, tokenizer)
+    word_ids = sequences_of(texts, tokenizer)
+    word_ids.lengths()  # tokenized, packed and cached
     rates = [len(texts) / (time.perf_counter() - start)]
     for epoch in range(epochs):
         start, count = time.perf_counter(), 0

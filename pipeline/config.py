@@ -87,10 +87,16 @@ class DataConfig:
     # token per character: "auto" (when Chinese characters are at least half of the training texts'
     # letters), "on" or "off". Measured in bench/README.md.
     chinese_words: str = "auto"
+    # Texts the vocabulary and max_length are learned from: the first this many of the files, read in an order
+    # drawn with train.seed (a draw of this many from texts in memory), so that nothing waits for a large corpus
+    # to be read whole. A corpus of no more is read whole, in its own order, as if there were no sample.
+    sample_size: int = 100_000
 
     def __post_init__(self):
         if self.chinese_words not in ("auto", "on", "off"):
             raise ValueError(f"data.chinese_words must be auto, on or off, got {self.chinese_words!r}")
+        if self.sample_size < 1:
+            raise ValueError(f"data.sample_size must be 1 or more, got {self.sample_size}")
 
 
 @dataclasses.dataclass
@@ -208,11 +214,25 @@ class PretrainConfig:
     learning_rate: float = 2e-3
     # Sequences per masked-LM step (global; train.batch_size is the classifier's).
     batch_size: int = 64
+    # Optimizer steps of masked-LM training; 0 runs train.epochs passes instead, which a corpus larger than
+    # data.sample_size must first read whole to count.
+    steps: int = 0
+    # What a document is: "line" (each line or row, as classification texts are) or "blank_line" (plain text
+    # whose documents end at a blank line, as BERT's and ALBERT's pre-training files are). A document's lines
+    # are packed into sequences of up to max_length tokens; a longer line fills several.
+    documents: str = "line"
+    # Sequences a stream (a corpus larger than data.sample_size) is shuffled in; a smaller one is cached and
+    # shuffled whole.
+    shuffle_buffer: int = 10_000
 
     def __post_init__(self):
-        for name in ("batch_size", "max_predictions"):
+        for name in ("batch_size", "max_predictions", "shuffle_buffer"):
             if getattr(self, name) < 1:  # refused when the config is read, before any work
                 raise ValueError(f"pretrain.{name} must be 1 or more, got {getattr(self, name)}")
+        if self.steps < 0:
+            raise ValueError(f"pretrain.steps must be 0 (train.epochs passes) or more, got {self.steps}")
+        if self.documents not in ("line", "blank_line"):
+            raise ValueError(f"pretrain.documents must be line or blank_line, got {self.documents!r}")
 
 
 @dataclasses.dataclass

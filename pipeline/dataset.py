@@ -275,16 +275,20 @@ def distribute(strategy, make_dataset, *args, **kwargs):
 
 def per_pipeline(dataset, global_batch_size, input_context):
     """`(replica batch size, this host's step size, this host's shard of dataset)`."""
+    if input_context is not None and input_context.num_input_pipelines > 1:  # one shard per host
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return (*batch_sizes(global_batch_size, input_context), dataset)
+
+
+def batch_sizes(global_batch_size, input_context):
+    """`(replica batch size, this host's step size)`."""
     if input_context is None:
-        return global_batch_size, global_batch_size, dataset
+        return global_batch_size, global_batch_size
     if global_batch_size % input_context.num_replicas_in_sync:
         raise ValueError(
             f"batch size {global_batch_size} does not divide evenly among {input_context.num_replicas_in_sync} replicas"
         )
-    if input_context.num_input_pipelines > 1:  # one shard per host
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     return (
         input_context.get_per_replica_batch_size(global_batch_size),
         global_batch_size // input_context.num_input_pipelines,
-        dataset,
     )

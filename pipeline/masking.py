@@ -18,7 +18,7 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops import item_selector_ops
 
 from pipeline.config import PretrainConfig
-from pipeline.dataset import in_batches, per_pipeline, replica_batches, shuffled_steps
+from pipeline.dataset import batch_sizes, replica_batches, shuffled_steps
 from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, first_words, one_word
 
 
@@ -161,16 +161,8 @@ def _to_slots(values, slots):
     return tf.pad(dense, [[0, 0], [0, slots - tf.shape(dense)[1]]])
 
 
-def word_ids_of(texts, tokenizer):
-    """`tokenizer.word_ids` of every text, `(texts, (words), (pieces))`:
-    tokenized once, in parallel batches, for all the epochs of a run."""
-    if not texts:
-        return tf.RaggedTensor.from_nested_row_lengths(tf.zeros([0], tf.int64), [tf.zeros([0], tf.int64)] * 2)
-    return tf.concat(list(in_batches(texts, tokenizer.word_ids)), axis=0)
-
-
 def masked_lm_dataset(
-    word_ids,
+    sequences,
     vocabulary_size,
     max_length,
     global_batch_size,
@@ -181,30 +173,36 @@ def masked_lm_dataset(
     input_context=None,
     length_bucket=0,
 ):
-    """One epoch of masked batches from `word_ids_of` texts, shuffled by `(seed, epoch)`.
+    """One epoch of masked batches of `sequences` (a `text_stream.Sequences`),
+    shuffled by `(seed, epoch)`: a pass of a cached corpus, or steps of a
+    stream without end.
 
-    Steps are made as `pipeline.dataset.train_dataset` makes them, of text
-    indices: with `length_bucket`, the texts of a step have similar lengths
-    and its `token_ids` are cut to the longest (a dynamic length, which TPUs
-    do not allow); each step is masked whole, then split among this host's
-    replicas.
+    Steps are made as `pipeline.dataset.train_dataset` makes them: with
+    `length_bucket`, the sequences of a step have similar lengths and its
+    `token_ids` are cut to the longest (a dynamic length, which TPUs do not
+    allow); each step is masked whole, then split among this host's
+    replicas. A resumed run reads and masks again the `skip_batches` steps
+    it skips, so it goes on with the steps an uninterrupted run takes.
     """
-    count = int(word_ids.nrows())
-    dataset = tf.data.Dataset.range(count)
-    batch_size, step_size, dataset = per_pipeline(dataset, global_batch_size, input_context)
-    sort_window = None
-    if length_bucket:  # lengths only where steps are cut to them
-        lengths = word_ids.merge_dims(1, 2).row_lengths()
-
-        def sort_window(texts):
-            return tf.gather(texts, tf.argsort(tf.gather(lengths, texts), stable=True))
-
-    dataset = shuffled_steps(dataset, count, step_size, seed * 1000 + epoch, sort_window)
+    batch_size, step_size = batch_sizes(global_batch_size, input_context)
+    epoch_seed = seed * 1000 + epoch
+    dataset = shuffled_steps(
+        sequences(input_context, epoch_seed),
+        sequences.shuffle_buffer,
+        step_size,
+        epoch_seed,
+        _sort_by_length if length_bucket else None,
+    )
     # Mask whole steps: the ops are vectorized. Sequential, so the random
-    # choices depend only on the seed and the step order.
+    # choices depend only on the seed and the step order; the skipped steps
+    # are masked too, so a resumed run draws what an uninterrupted one would.
     mask = _traced_masking(vocabulary_size, max_length, dataclasses.astuple(pretrain_config), length_bucket)
-    dataset = dataset.skip(skip_batches).map(lambda texts: _with_step_size(mask(tf.gather(word_ids, texts)), step_size))
+    dataset = dataset.map(lambda word_ids: _with_step_size(mask(word_ids), step_size)).skip(skip_batches)
     return replica_batches(dataset, batch_size, step_size)
+
+
+def _sort_by_length(sequences):
+    return tf.gather(sequences, tf.argsort(sequences.merge_dims(1, 2).row_lengths(), stable=True))
 
 
 def _with_step_size(values, step_size):

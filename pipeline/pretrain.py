@@ -2,16 +2,20 @@
 
     python -m pipeline.pretrain --text FILES --model-dir DIR [--vocabulary-from DIR] [--tpu [NAME|local]]
 
-Reads plain text (one document per line) or the text column of CSV, TSV,
-JSONL or TFRecord files (labels ignored), builds the vocabulary exactly as
-`pipeline.train` does (or takes another run's), and trains the encoder to
-predict masked tokens for `train.pretrain_epochs` (or `--epochs`), with the
-same strategies, host loops, checkpoints and resume as training. Then
+Streams plain text (one document per line, or with --documents blank_line
+documents of lines that end at a blank line) or the text column of CSV,
+TSV, JSONL or TFRecord files (labels ignored) from any number of files,
+local or gs://, each host reading its own. The vocabulary is learned as
+`pipeline.train` learns it, from a sample of data.sample_size texts (or
+taken from another run); the lines of a document are packed into sequences
+of up to max_length tokens; and the encoder learns to predict masked tokens
+for `train.pretrain_epochs` passes (or `--epochs`), or for `--steps` steps,
+with the same strategies, host loops, checkpoints and resume as training.
+Memory does not grow with the corpus. Then
 
     python -m pipeline.train --init-from DIR --train ... --eval ...
 
-starts a classifier from the pre-trained embeddings and encoder.
-"""
+starts a classifier from the pre-trained embeddings and encoder."""
 
 import argparse
 import dataclasses
@@ -28,9 +32,10 @@ from pipeline.config import Config, override
 from pipeline.dataset import distribute, learn_tokenizer, resolved_chinese_words, usable_length_bucket
 from pipeline.files import atomic_write, open_text
 from pipeline.layout import CHECKPOINT_DIR, PRETRAIN_METRICS_FILE, VOCABULARY_FILE
-from pipeline.masking import masked_lm_dataset, word_ids_of
+from pipeline.masking import masked_lm_dataset
 from pipeline.model import build_pretraining_model
-from pipeline.readers import DataError, read_examples
+from pipeline.packing import padding_share
+from pipeline.readers import DataError
 from pipeline.strategy import (
     TPUUnavailableError,
     check_batch_sizes,
@@ -40,6 +45,7 @@ from pipeline.strategy import (
     resolve_strategy,
     run_config,
 )
+from pipeline.text_stream import Sequences, TextSource, raising_data_errors
 from pipeline.tokenizer import Tokenizer
 from pipeline.trainer import Trainer, TrainingError, build_optimizer
 
@@ -94,9 +100,8 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     configure_runtime(config, tpu)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     tf.io.gfile.makedirs(output)
-    texts = read_examples(
-        text_paths, config.data.text_column, None, config.data.file_format, config.data.skip_bad_rows
-    ).texts
+    source = TextSource(text_paths, config.data, join_lines=config.pretrain.documents == "blank_line")
+    texts, complete = raising_data_errors(source.sample, config.data.sample_size, config.train.seed)
     tokenizer = _vocabulary(model_dir, output, vocabulary_from, texts, config)
     config = override(
         config,
@@ -106,10 +111,12 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         },
     )
     run_dir.check_or_save_config(output, config)
-    print(
-        f"{len(texts)} documents, vocabulary of {len(tokenizer.vocabulary)}, "
-        f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}"
+    # A corpus read whole for the sample is cached; texts in memory are anyway.
+    sequences = Sequences(
+        source, tokenizer, cached=complete or source.examples is not None, shuffle_buffer=config.pretrain.shuffle_buffer
     )
+    padding = padding_share(raising_data_errors(sequences.lengths), tokenizer.max_length)
+    _print_start(config, source, sequences, len(texts), padding, strategy)
     report = _finished_report(model_dir)
     if report is not None:  # started again (a killed fine-tuning, a refit, more members): nothing to train
         print(f"The pre-training in {model_dir} is done.")
@@ -117,22 +124,21 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         finish_run(model_dir, strategy)
         return report
     train_config, optimizer_config = masked_lm_configs(config)
-    steps = len(texts) // train_config.batch_size * train_config.epochs
+    sequences_per_epoch, epochs = _plan(config, sequences)
     with strategy.scope():
         model = build_pretraining_model(config.model, config.pretrain.sentence_order)
         trainer = Trainer(
             model,
-            build_optimizer(optimizer_config, steps),
+            build_optimizer(optimizer_config, sequences_per_epoch // train_config.batch_size * epochs),
             strategy,
             train_config,
             optimizer_config,
             model_dir,
             learning_rate_field="pretrain.learning_rate",
         )
-    # Tokenized once; each epoch shuffles and masks anew.
     make_dataset = functools.partial(
         masked_lm_dataset,
-        word_ids_of(texts, tokenizer),
+        sequences,
         len(tokenizer.vocabulary),
         tokenizer.max_length,
         train_config.batch_size,
@@ -140,15 +146,17 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         config.train.seed,
         length_bucket=usable_length_bucket(config, strategy),
     )
-    losses = trainer.fit(make_dataset, len(texts), config.train.epochs)
+    losses = raising_data_errors(trainer.fit, make_dataset, sequences_per_epoch, epochs)
     evaluation_steps = max(1, EVALUATION_DOCUMENTS // train_config.batch_size)
-    report = evaluate_masked_lm(
+    report = raising_data_errors(
+        evaluate_masked_lm,
         model,
         strategy,
-        lambda input_context: make_dataset(epoch=config.train.epochs, input_context=input_context).take(
-            evaluation_steps
-        ),
+        lambda input_context: make_dataset(epoch=epochs, input_context=input_context).take(evaluation_steps),
     )
+    report["padding_share"] = padding
+    if source.skipped:
+        report["skipped_rows"] = dict(source.skipped)
     report["loss_by_epoch"] = losses
     with atomic_write(os.path.join(output, PRETRAIN_METRICS_FILE)) as f:  # last: the mark of a finished run
         json.dump(report, f, indent=2)
@@ -165,6 +173,32 @@ def masked_lm_configs(config):
         dataclasses.replace(config.train, batch_size=config.pretrain.batch_size),
         dataclasses.replace(config.optimizer, learning_rate=config.pretrain.learning_rate, weight_averaging=0.0),
     )
+
+
+def _plan(config, sequences):
+    # `(sequences per epoch, epochs)`: pretrain.steps in one epoch, or
+    # train.epochs passes, counted once where the corpus is not cached.
+    if config.pretrain.steps:
+        return config.pretrain.steps * config.pretrain.batch_size, 1
+    if sequences.cached:
+        return sequences.count, config.train.epochs
+    print(f"Counting the sequences of one pass for {config.train.epochs} epochs (pretrain.steps needs no count)")
+    passes = sequences.source.sequences(sequences.tokenizer).batch(4096).map(lambda batch: batch.nrows())
+    return int(sum(raising_data_errors(list, passes.as_numpy_iterator()))), config.train.epochs
+
+
+def _print_start(config, source, sequences, sampled, padding, strategy):
+    if sequences.cached:
+        what = f"{sampled} texts in {sequences.count} sequences"
+    else:
+        what = f"{len(source.files)} files streamed (vocabulary from a sample of {sampled} texts)"
+    print(
+        f"{what} of up to {config.model.max_length} tokens, {padding:.1%} of them padding"
+        f"{' (documents of lines)' if source.join_lines else ''}, vocabulary of {config.model.vocabulary_size}, "
+        f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}"
+    )
+    if source.skipped:
+        print(f"Skipped rows so far: {dict(source.skipped)}")
 
 
 def finished_pretraining(config, vocabulary, directories):
@@ -318,8 +352,10 @@ def with_pretrain_epochs(config, epochs=None):
     (`optimizer.weight_averaging`): such a run's pre-training is a plain run's."""
     if epochs is None:
         epochs = config.train.pretrain_epochs
-        if epochs == 0:
-            raise ValueError("train.pretrain_epochs is 0 (no pre-training) in this config: give --epochs")
+        if epochs == 0 and config.pretrain.steps:
+            epochs = 1  # the steps make one epoch
+        elif epochs == 0:
+            raise ValueError("train.pretrain_epochs is 0 (no pre-training) in this config: give --epochs or --steps")
     if epochs < 1:
         raise ValueError(f"masked-LM epochs must be 1 or more, got {epochs}")
     return override(
@@ -375,6 +411,19 @@ def main(argv=None):
         type=float,
         help=f"peak masked-LM learning rate, pretrain.learning_rate (default {Config().pretrain.learning_rate})",
     )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help="masked-LM optimizer steps, pretrain.steps, instead of epochs (a corpus larger than "
+        "data.sample_size needs no counting pass then)",
+    )
+    parser.add_argument(
+        "--documents",
+        choices=("line", "blank_line"),
+        help="pretrain.documents: each line is a document (default), or a blank line ends one and its "
+        "lines are packed into sequences together",
+    )
+    parser.add_argument("--sample-size", type=int, help="texts the vocabulary is learned from, data.sample_size")
     parser.add_argument("--max-length", type=int)
     parser.add_argument("--max-predictions", type=int, help="predicted positions per sequence (default 20)")
     parser.add_argument("--whole-word-masking", action="store_true", help="mask all pieces of a word together")
@@ -391,6 +440,9 @@ def main(argv=None):
         ("max_length", "model", "max_length"),
         ("learning_rate", "pretrain", "learning_rate"),
         ("max_predictions", "pretrain", "max_predictions"),
+        ("steps", "pretrain", "steps"),
+        ("documents", "pretrain", "documents"),
+        ("sample_size", "data", "sample_size"),
     ]:
         if getattr(args, flag) is not None:
             values[section][field] = getattr(args, flag)

@@ -28,6 +28,7 @@ FORMATS = {
     ".txt": "text",
 }
 RECORD_BATCH = 4096
+_BLANK_LINE = object()  # the `problem` of a plain text file's blank line
 
 
 class DataError(ValueError):
@@ -91,25 +92,45 @@ def read_examples(paths, text_column="text", label_column="label", requested_for
         return paths
     examples = Examples([], [], [], collections.Counter())
     for path in expand_paths(paths):
-        rows = _ROW_READERS[file_format(path, requested_format)](path, text_column, label_column)
-        before = len(examples) + sum(examples.skipped.values())
-        for source, text, label, problem in rows:
-            if isinstance(label, str):
-                label = label.strip()
-            if problem is None:
-                problem = _check(text, label, text_column, label_column)
-            label = "" if label_column is None else label
-            if problem is not None:
-                if not skip_bad_rows:
-                    raise DataError(f"{source}: {problem}")
-                examples.skipped[problem.split(":")[0]] += 1
-                continue
+        skipped = examples.skipped if skip_bad_rows else None
+        for text, label, source in file_examples(path, text_column, label_column, requested_format, skipped):
             examples.texts.append(text)
-            examples.labels.append(str(label))
+            examples.labels.append(label)
             examples.sources.append(source)
-        if len(examples) + sum(examples.skipped.values()) == before:
-            raise DataError(f"{path}: the file holds no examples")
     return examples
+
+
+def file_examples(path, text_column, label_column, requested_format="auto", skipped=None, blank_lines=False):
+    """Yields `(text, label, source)` of every valid row of one file, streamed.
+
+    With `skipped` (a `Counter`), bad rows are counted there by reason and
+    left out; without it, the first one raises a `DataError`. With
+    `blank_lines`, a plain text file's blank lines are yielded too, as
+    `("", "", source)`: they mark where documents end (`pipeline.text_stream`).
+
+    Raises:
+        DataError: on a missing or empty file, or on a bad row unless `skipped`.
+    """
+    rows = _ROW_READERS[file_format(path, requested_format)](path, text_column, label_column)
+    seen = False
+    for source, text, label, problem in rows:
+        if problem is _BLANK_LINE:
+            if blank_lines:
+                yield "", "", source
+            continue
+        seen = True
+        if isinstance(label, str):
+            label = label.strip()
+        if problem is None:
+            problem = _check(text, label, text_column, label_column)
+        if problem is not None:
+            if skipped is None:
+                raise DataError(f"{source}: {problem}")
+            skipped[problem.split(":")[0]] += 1
+            continue
+        yield text, "" if label_column is None else str(label), source
+    if not seen:
+        raise DataError(f"{path}: the file holds no examples")
 
 
 def _check(text, label, text_column, label_column):
@@ -226,8 +247,8 @@ def _text_rows(path, text_column, label_column):
         raise DataError(f"{path}: plain text has no labels; use CSV, TSV, JSONL or TFRecord")
     with open_text(path, errors="surrogateescape") as f:
         for number, line in enumerate(f, start=1):
-            if line.strip():
-                yield f"{path}:{number}", line.rstrip("\n"), None, None
+            # A blank line is no example; file_examples passes it on where it ends a document.
+            yield f"{path}:{number}", line.rstrip("\n"), None, None if line.strip() else _BLANK_LINE
 
 
 _ROW_READERS = {

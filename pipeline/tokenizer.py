@@ -228,13 +228,16 @@ class Tokenizer(tf.Module):
         Whole words only, as many as fit in `max_length`; merged, they are
         the ids `__call__` returns without padding (up to a cut word).
         """
+        ids = first_words(self.word_pieces(texts), self.max_length - 1)  # room for [CLS]
+        return tf.concat([one_word(CLS_ID, ids.nrows()), ids], axis=1)
+
+    def word_pieces(self, texts):
+        """Ids grouped by word, `(batch, (words), (pieces))`: every word of
+        each text, without [CLS] (what `pipeline.packing` cuts into sequences)."""
         words = self.words(texts)
         if self.settings["kind"] == "wordpiece":
-            ids = self._wordpiece.tokenize(words)
-        else:
-            ids = tf.expand_dims(tf.ragged.map_flat_values(self._table.lookup, words), axis=2)
-        ids = first_words(ids, self.max_length - 1)  # room for [CLS]
-        return tf.concat([one_word(CLS_ID, ids.nrows()), ids], axis=1)
+            return self._wordpiece.tokenize(words)
+        return tf.expand_dims(tf.ragged.map_flat_values(self._table.lookup, words), axis=2)
 
     def traced(self):
         """`__call__` as a `tf.function` of a `[None]` string tensor, traced once."""

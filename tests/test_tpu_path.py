@@ -14,11 +14,12 @@ from conftest import TINY_MODEL, WORD_TOKENS
 from layers import SharedEncoder, fast_path
 from pipeline.config import Config, override
 from pipeline.dataset import learn_vocabulary, load_split, train_dataset, usable_length_bucket
-from pipeline.masking import masked_lm_dataset, word_ids_of
+from pipeline.masking import masked_lm_dataset
 from pipeline.model import build_model
 from pipeline.pretrain import pretrain
 from pipeline.readers import read_examples
 from pipeline.strategy import run_config, tpu_defaults
+from pipeline.text_stream import sequences_of
 from pipeline.train import train_and_evaluate
 from pipeline.trainer import Trainer, build_optimizer
 
@@ -74,7 +75,7 @@ def test_tpu_batches_have_static_shapes(corpus, two_replicas):
     assert length_bucket == 0
     classification = train_dataset(split, config.train.batch_size, seed=1, length_bucket=length_bucket)
     masked = masked_lm_dataset(
-        word_ids_of(examples.texts, tokenizer),
+        sequences_of(examples.texts, tokenizer),
         len(tokenizer.vocabulary),
         tokenizer.max_length,
         config.pretrain.batch_size,

@@ -1,0 +1,228 @@
+"""Pre-training text streamed from files into packed sequences.
+
+    files -> this input pipeline's files (or, when there are fewer files than
+    pipelines, its share of each file's documents) -> readers interleaved,
+    validated row by row with file:line (`readers.file_examples`)
+    -> tokenized in batches by the tokenizer's tensorflow-text ops
+    -> the lines of each document packed into sequences (`packing.pack`)
+
+Nothing here holds the corpus or writes it into a tf.data graph: the readers
+hand tf.data batches of rows as they read them, so memory and the time to
+the first step do not grow with the corpus. A corpus that fits the
+vocabulary's sample (`data.sample_size` texts) is read whole once anyway, so
+its sequences are cached after packing and every epoch only shuffles them.
+"""
+
+import collections
+import re
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+from pipeline.packing import pack
+from pipeline.readers import DataError, Examples, expand_paths, file_examples
+
+# Rows per element the readers hand tf.data: tf.data's cost per element would
+# dominate a row at a time, and the tokenizer's ops are vectorized.
+READ_BATCH = 1024
+# Files read at once by each input pipeline, so that a step mixes documents of several.
+CYCLE_LENGTH = 4
+# Sequences that stand for a stream's in its padding share.
+LENGTHS_SAMPLE = 10_000
+_PACKING = weakref.WeakKeyDictionary()  # tokenizer -> its traced `_packing` functions
+# A reader's error reaches Python inside tf.data's own (InvalidArgumentError).
+_DATA_ERROR = re.compile(r"DataError: (.*)")
+
+
+class TextSource:
+    """The pre-training texts of a run: files (streamed) or `Examples` (in memory).
+
+    `join_lines` packs the lines of a document together, a blank line ending
+    each document (plain text files only); otherwise each line or row is a
+    document. `skipped` counts the rows left out by reason with
+    `skip_bad_rows` (a stream counts them as it reads them).
+    """
+
+    def __init__(self, texts, data_config=None, join_lines=False):
+        self.examples = texts if isinstance(texts, Examples) else None
+        self.files = None if self.examples else expand_paths(texts)
+        self.data_config, self.join_lines = data_config, join_lines
+        self.skipped = collections.Counter(self.examples.skipped if self.examples else ())
+
+    def sample(self, size, seed):
+        """`(texts, complete)`: the first `size` texts of the files in an
+        order drawn with `seed` (of `Examples`, a draw of `size`), and whether
+        that is every text, in which case they come in the corpus's order."""
+        if self.examples is not None:
+            texts = self.examples.texts
+            if len(texts) <= size:
+                return list(texts), True
+            chosen = np.sort(np.random.default_rng(seed).permutation(len(texts))[:size])
+            return [texts[index] for index in chosen], False
+        by_file, count = {}, 0
+        for index in np.random.default_rng(seed).permutation(len(self.files)):
+            by_file[index] = []
+            for text, _, _ in self._rows(self.files[index], collections.Counter()):
+                if not text:  # a blank line between documents
+                    continue
+                if count == size:
+                    return [text for texts in by_file.values() for text in texts], False
+                by_file[index].append(text)
+                count += 1
+        return [text for index in sorted(by_file) for text in by_file[index]], True
+
+    def documents(self, input_context=None, seed=None):
+        """`(texts, starts)` batches of this input pipeline's lines, `starts`
+        true where a line starts a document. With `seed`, the files come in
+        an order drawn anew for every pass, without end; otherwise once, in
+        the corpus's order."""
+        pipelines, pipeline = (
+            (input_context.num_input_pipelines, input_context.input_pipeline_id) if input_context else (1, 0)
+        )
+        signature = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.bool))
+        if self.examples is not None:
+            texts = self.examples.texts
+
+            def in_memory():
+                for start in range(pipeline * READ_BATCH, len(texts), pipelines * READ_BATCH):
+                    batch = texts[start : start + READ_BATCH]
+                    yield np.array(batch, dtype=object), np.ones(len(batch), bool)
+
+            dataset = tf.data.Dataset.from_generator(in_memory, output_signature=signature)
+            return dataset.repeat() if seed is not None else dataset
+        by_file = len(self.files) >= pipelines  # else every pipeline reads a share of each file
+        files = self.files[pipeline::pipelines] if by_file else self.files
+        share = (1, 0) if by_file else (pipelines, pipeline)
+
+        def read(path):
+            return tf.data.Dataset.from_generator(
+                self._batches, args=(path, *share), output_signature=signature
+            ).prefetch(1)
+
+        dataset = tf.data.Dataset.from_tensor_slices(files)
+        if seed is None:
+            return dataset.interleave(read, cycle_length=1)
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+        return dataset.interleave(
+            read, cycle_length=min(CYCLE_LENGTH, len(files)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+
+    def sequences(self, tokenizer, input_context=None, seed=None):
+        """`documents` tokenized and packed: one `(words, pieces)` int32
+        sequence of at most `tokenizer.max_length` tokens per element."""
+        # In order: the random draws after it depend on the order of what it gives.
+        return (
+            self.documents(input_context, seed)
+            .map(_packing(tokenizer, self.join_lines), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .unbatch()
+        )
+
+    def _rows(self, path, skipped):
+        return file_examples(
+            path,
+            self.data_config.text_column,
+            None,
+            self.data_config.file_format,
+            skipped if self.data_config.skip_bad_rows else None,
+            blank_lines=self.join_lines,
+        )
+
+    def _batches(self, path, pipelines, pipeline):
+        # One file's lines in batches; a blank line ends a document. With
+        # several pipelines reading one file, each takes every pipelines-th document.
+        texts, starts, document, start = [], [], -1, True
+        for text, _, _ in self._rows(path.decode(), self.skipped):
+            if not text:
+                start = True
+                continue
+            if start or not self.join_lines:
+                document += 1
+            if document % pipelines == pipeline:
+                texts.append(text)
+                starts.append(start or not self.join_lines)
+            start = False
+            if len(texts) == READ_BATCH:
+                yield np.array(texts, dtype=object), np.array(starts)
+                texts, starts = [], []
+        if texts:
+            yield np.array(texts, dtype=object), np.array(starts)
+
+
+def _packing(tokenizer, join_lines):
+    # Tokenizing and packing as a tf.function traced once per tokenizer and
+    # settings, not at every dataset made of them (about a second each).
+    by_settings = _PACKING.setdefault(tokenizer, {})
+    key = (tuple(sorted(tokenizer.settings.items())), join_lines)
+    if key not in by_settings:
+        owner, max_length = weakref.ref(tokenizer), tokenizer.max_length  # the cache must not keep its key alive
+        by_settings[key] = tf.function(
+            lambda texts, starts: pack(owner().word_pieces(texts), starts, max_length, join_lines),
+            autograph=False,
+            input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.bool)],
+        )
+    return by_settings[key]
+
+
+def raising_data_errors(function, *args, **kwargs):
+    """`function(*args, **kwargs)`, a reader's `DataError` raised inside
+    tf.data raised again as itself, naming the file, line and value."""
+    try:
+        return function(*args, **kwargs)
+    except tf.errors.InvalidArgumentError as error:
+        match = _DATA_ERROR.search(error.message)
+        if match is None:
+            raise
+        raise DataError(match[1]) from None
+
+
+class Sequences:
+    """The packed sequences of a `TextSource`, as `masking.masked_lm_dataset` takes them.
+
+    With `cached` (a corpus read whole for its sample), one pass of them,
+    cached after packing and shuffled whole every epoch; otherwise a stream
+    without end, each pass over the files in another order, shuffled in a
+    buffer of `shuffle_buffer` sequences.
+    """
+
+    def __init__(self, source, tokenizer, cached=True, shuffle_buffer=0):
+        self.source, self.tokenizer, self.cached = source, tokenizer, cached
+        self._shuffle_buffer, self._passes = shuffle_buffer, {}
+
+    def __call__(self, input_context=None, seed=None):
+        """This input pipeline's sequences; `seed` orders the files of a stream."""
+        if not self.cached:
+            return self.source.sequences(self.tokenizer, input_context, seed)
+        key = (input_context.num_input_pipelines, input_context.input_pipeline_id) if input_context else (1, 0)
+        if key not in self._passes:
+            self._passes[key] = self.source.sequences(self.tokenizer, input_context).cache()
+        return self._passes[key]
+
+    @property
+    def shuffle_buffer(self):
+        # A cached corpus is shuffled whole: its count is more than any pipeline's share.
+        return self.count if self.cached else self._shuffle_buffer
+
+    @property
+    def count(self):
+        """Sequences in one pass of a cached corpus (`lengths` counts them once)."""
+        return len(self.lengths())
+
+    def lengths(self):
+        """Tokens of every sequence of one pass, [CLS] included: of the whole
+        corpus where cached (filling the cache), else of the stream's first `LENGTHS_SAMPLE`."""
+        if "lengths" not in self._passes:
+            sequences = self() if self.cached else self.source.sequences(self.tokenizer).take(LENGTHS_SAMPLE)
+            batches = sequences.batch(4096).map(lambda batch: batch.merge_dims(1, 2).row_lengths())
+            self._passes["lengths"] = np.concatenate([np.zeros(0, np.int64), *batches.as_numpy_iterator()])
+        return self._passes["lengths"]
+
+
+def in_memory(texts):
+    """`Examples` of unlabelled texts, for a `TextSource`."""
+    return Examples(list(texts), [""] * len(texts), [f"text {index}" for index in range(len(texts))], {})
+
+
+def sequences_of(texts, tokenizer):
+    """The cached `Sequences` of texts in memory, each a document."""
+    return Sequences(TextSource(in_memory(texts)), tokenizer)

@@ -1,0 +1,57 @@
+import pytest
+import tensorflow as tf
+
+from pipeline.packing import pack, padding_share
+from pipeline.tokenizer import CLS_ID
+
+# Five lines of ids by word: a document of two lines, one of three (its first
+# line of 6 tokens), and an empty line that starts a third.
+LINES = tf.ragged.constant(
+    [[[5], [6, 7]], [[8]], [[9, 10, 11], [12], [13], [14]], [[15]], [], [[16]]], dtype=tf.int32, ragged_rank=2
+)
+STARTS = tf.constant([True, False, True, False, True, False])
+
+
+def _packed(*args):
+    return pack(*args).to_list()
+
+
+def test_lines_of_a_document_fill_sequences_and_a_long_line_fills_several():
+    # 4 tokens fit beside [CLS]: the 6-token line fills one and starts the next, which its document's next line joins.
+    assert _packed(LINES, STARTS, 5, True) == [
+        [[CLS_ID], [5], [6, 7], [8]],
+        [[CLS_ID], [9, 10, 11], [12]],
+        [[CLS_ID], [13], [14], [15]],
+        [[CLS_ID], [16]],  # an empty line still started its document
+    ]
+
+
+def test_each_line_is_a_document_of_its_own_without_join_lines():
+    assert _packed(LINES, STARTS, 5, False) == [
+        [[CLS_ID], [5], [6, 7]],
+        [[CLS_ID], [8]],
+        [[CLS_ID], [9, 10, 11], [12]],
+        [[CLS_ID], [13], [14]],
+        [[CLS_ID], [15]],
+        [[CLS_ID], [16]],
+    ]
+
+
+def test_a_word_longer_than_a_sequence_is_cut_between_sequences():
+    word = tf.ragged.constant([[[1, 2, 3, 4, 5, 6, 7]]], dtype=tf.int32, ragged_rank=2)
+    assert _packed(word, tf.constant([True]), 4, True) == [
+        [[CLS_ID], [1, 2, 3]],
+        [[CLS_ID], [4, 5, 6]],
+        [[CLS_ID], [7]],
+    ]
+
+
+@pytest.mark.parametrize("join_lines", [True, False])
+def test_no_lines_or_only_empty_ones_make_no_sequence(join_lines):
+    empty = tf.ragged.constant([[]], dtype=tf.int32, ragged_rank=2)
+    assert _packed(empty, tf.constant([True]), 5, join_lines) == []
+    assert _packed(LINES[:0], STARTS[:0], 5, join_lines) == []
+
+
+def test_padding_share():
+    assert padding_share([4, 2], 8) == pytest.approx(1 - 6 / 16)
