@@ -152,7 +152,10 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         evaluate_masked_lm,
         model,
         strategy,
-        lambda input_context: make_dataset(epoch=epochs, input_context=input_context).take(evaluation_steps),
+        # Batches come a replica's at a time: a step is one of each of the pipeline's replicas.
+        lambda input_context: make_dataset(epoch=epochs, input_context=input_context).take(
+            evaluation_steps * input_context.num_replicas_in_sync // input_context.num_input_pipelines
+        ),
     )
     report["padding_share"] = padding
     if source.skipped:

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline.packing import pack
-from pipeline.readers import DataError, Examples, expand_paths, file_examples
+from pipeline.readers import DataError, Examples, expand_paths, file_examples, file_format
 
 # Rows per element the readers hand tf.data: tf.data's cost per element would
 # dominate a row at a time, and the tokenizer's ops are vectorized.
@@ -47,6 +47,9 @@ class TextSource:
     def __init__(self, texts, data_config=None, join_lines=False):
         self.examples = texts if isinstance(texts, Examples) else None
         self.files = None if self.examples else expand_paths(texts)
+        for path in self.files or ():  # a stream might reach it only after hours
+            if tf.io.gfile.stat(path).length == 0:
+                raise DataError(f"{path}: the file holds no examples")
         self.data_config, self.join_lines = data_config, join_lines
         self.skipped = collections.Counter(self.examples.skipped if self.examples else ())
 
@@ -70,7 +73,10 @@ class TextSource:
                     return [text for texts in by_file.values() for text in texts], False
                 by_file[index].append(text)
                 count += 1
-        return [text for index in sorted(by_file) for text in by_file[index]], True
+        texts = [text for index in sorted(by_file) for text in by_file[index]]
+        if not self.join_lines:  # read whole: kept, so that no pass reads the files again
+            self.examples = in_memory(texts)
+        return texts, True
 
     def documents(self, input_context=None, seed=None):
         """`(texts, starts)` batches of this input pipeline's lines, `starts`
@@ -80,22 +86,22 @@ class TextSource:
         pipelines, pipeline = (
             (input_context.num_input_pipelines, input_context.input_pipeline_id) if input_context else (1, 0)
         )
-        signature = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.bool))
         if self.examples is not None:
-            texts = self.examples.texts
-
-            def in_memory():
-                for start in range(pipeline * READ_BATCH, len(texts), pipelines * READ_BATCH):
-                    batch = texts[start : start + READ_BATCH]
-                    yield np.array(batch, dtype=object), np.ones(len(batch), bool)
-
-            dataset = tf.data.Dataset.from_generator(in_memory, output_signature=signature)
+            # Texts in memory (a corpus read whole for the sample, or labelled texts), each a document.
+            texts = tf.data.Dataset.from_tensor_slices(self.examples.texts).shard(pipelines, pipeline)
+            dataset = texts.batch(READ_BATCH).map(lambda batch: (batch, tf.ones_like(batch, tf.bool)))
             return dataset.repeat() if seed is not None else dataset
         by_file = len(self.files) >= pipelines  # else every pipeline reads a share of each file
         files = self.files[pipeline::pipelines] if by_file else self.files
         share = (1, 0) if by_file else (pipelines, pipeline)
+        native = not self.data_config.skip_bad_rows and all(
+            file_format(path, self.data_config.file_format) == "text" for path in files
+        )
+        signature = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.bool))
 
         def read(path):
+            if native:  # TensorFlow's reader alone: no Python in the input pipeline
+                return _text_lines(path, *share, self.join_lines)
             return tf.data.Dataset.from_generator(
                 self._batches, args=(path, *share), output_signature=signature
             ).prefetch(1)
@@ -149,6 +155,37 @@ class TextSource:
             yield np.array(texts, dtype=object), np.array(starts)
 
 
+def _text_lines(path, pipelines, pipeline, join_lines):
+    """`(texts, starts)` batches of one plain text file, as `TextSource._batches`
+    gives them, read and checked by TensorFlow's ops: a line that is not
+    UTF-8 stops the stream naming the file and line."""
+
+    def check(state, lines):
+        first_line, after_blank, documents = state  # line number, whether the line before was blank, documents begun
+        blank = tf.strings.length(tf.strings.strip(lines)) == 0
+        before = tf.concat([[after_blank], blank[:-1]], axis=0)
+        starts = ~blank & (before | (not join_lines))
+        document = documents + tf.cumsum(tf.cast(starts, tf.int64)) - 1
+        keep = ~blank & (document % pipelines == pipeline)
+        # Undecodable bytes are dropped by errors="ignore": such a line comes back shorter.
+        decoded = tf.strings.unicode_encode(tf.strings.unicode_decode(lines, "UTF-8", errors="ignore"), "UTF-8")
+        bad = tf.strings.length(decoded) != tf.strings.length(lines)
+        first_bad = tf.argmax(tf.cast(bad, tf.int32))
+        where = tf.strings.as_string(first_line + tf.cast(first_bad, tf.int64))
+        # The message must decode: the bad bytes show as U+FFFD.
+        shown = tf.strings.unicode_transcode(lines[first_bad], "UTF-8", "UTF-8", errors="replace")
+        message = tf.strings.join(
+            ["DataError: ", path, ":", where, ": bytes that are not UTF-8 (shown as \ufffd): text=", shown]
+        )
+        with tf.control_dependencies([tf.debugging.Assert(~tf.reduce_any(bad), [message])]):
+            texts = tf.boolean_mask(lines, keep)
+        state = (first_line + tf.size(lines, tf.int64), blank[-1], documents + tf.reduce_sum(tf.cast(starts, tf.int64)))
+        return state, (texts, tf.boolean_mask(starts, keep))
+
+    initial = (tf.constant(1, tf.int64), tf.constant(True), tf.constant(0, tf.int64))
+    return tf.data.TextLineDataset(path).batch(READ_BATCH).scan(initial, check)
+
+
 def _packing(tokenizer, join_lines):
     # Tokenizing and packing as a tf.function traced once per tokenizer and
     # settings, not at every dataset made of them (about a second each).
@@ -173,7 +210,9 @@ def raising_data_errors(function, *args, **kwargs):
         match = _DATA_ERROR.search(error.message)
         if match is None:
             raise
-        raise DataError(match[1]) from None
+        # An assertion in the graph prints its message in brackets.
+        message = match[1][:-1] if "assertion failed: [" in error.message else match[1]
+        raise DataError(message) from None
 
 
 class Sequences:

@@ -54,6 +54,9 @@ def test_blank_lines_end_documents_whose_lines_share_sequences(tmp_path):
     ids = [tuple(word[token] for token in sequence.split()) for sequence in ["a b c d e", "f g h i j", "k l", "m"]]
     assert _tokens(Sequences(source, tokenizer)()) == ids
     assert Sequences(source, tokenizer).lengths().tolist() == [6, 6, 3, 2]
+    # Read by Python (which counts skipped rows) instead of TensorFlow's reader: the same sequences.
+    counted = TextSource(path, DataConfig(**WORDS, skip_bad_rows=True), join_lines=True)
+    assert _tokens(Sequences(counted, tokenizer)()) == ids
     # Each line a document: no line shares a sequence.
     lines = TextSource(path, DataConfig(**WORDS))
     assert len(_tokens(Sequences(lines, tokenizer)())) == 6
@@ -72,7 +75,8 @@ def test_a_stream_reads_every_document_once_a_pass_in_a_new_order_each_pass_with
 
 
 @pytest.mark.parametrize("files", [3, 1])
-def test_input_pipelines_share_the_documents_by_file_or_by_document(tmp_path, files):
+@pytest.mark.parametrize("python_reader", [False, True])
+def test_input_pipelines_share_the_documents_by_file_or_by_document(tmp_path, files, python_reader):
     # Three files: whole files per pipeline. One file: every other document.
     lines = [
         [f"d{index}" if line % 3 == 0 else "" if line % 3 == 2 else "x" for line in range(60)] for index in range(3)
@@ -81,7 +85,7 @@ def test_input_pipelines_share_the_documents_by_file_or_by_document(tmp_path, fi
     paths = [_write(str(tmp_path / f"{index}.txt"), group) for index, group in enumerate(lines)]
     everything = [text for group in lines for text in group if text]
     tokenizer = _tokenizer(everything)
-    source = TextSource(paths[:files], DataConfig(**WORDS), join_lines=True)
+    source = TextSource(paths[:files], DataConfig(**WORDS, skip_bad_rows=python_reader), join_lines=True)
     shares = []
     for pipeline in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
@@ -113,3 +117,20 @@ def test_a_bad_row_met_while_streaming_names_its_file_and_line_or_is_counted(tmp
     source = TextSource(str(path), DataConfig(**WORDS, skip_bad_rows=True))
     assert len(_tokens(Sequences(source, tokenizer)())) == 2
     assert source.skipped == {"missing or empty text": 1}
+
+
+def test_a_line_that_is_not_utf8_stops_the_stream_naming_its_file_and_line_or_is_counted(tmp_path):
+    path = tmp_path / "docs.txt"
+    path.write_bytes(b"fine\n\nalso fine\nbad \xff byte\n")
+    tokenizer = _tokenizer(["fine also bad byte"])
+    stream = Sequences(TextSource(str(path), DataConfig(**WORDS)), tokenizer, cached=False)
+    with pytest.raises(
+        DataError, match=rf"^{path}:4: bytes that are not UTF-8 \(shown as \ufffd\): text=bad \ufffd byte$"
+    ):
+        raising_data_errors(list, stream(seed=0).take(10))
+    source = TextSource(str(path), DataConfig(**WORDS, skip_bad_rows=True))
+    assert len(_tokens(Sequences(source, tokenizer, cached=False)(seed=0), 4)) == 4  # two a pass
+    assert source.skipped["bytes that are not UTF-8"] >= 1
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(DataError, match="empty.txt: the file holds no examples"):
+        TextSource([str(path), str(tmp_path / "empty.txt")], DataConfig(**WORDS))

@@ -19,7 +19,7 @@ from pipeline.model import build_model
 from pipeline.pretrain import pretrain
 from pipeline.readers import read_examples
 from pipeline.strategy import run_config, tpu_defaults
-from pipeline.text_stream import sequences_of
+from pipeline.text_stream import Sequences, TextSource, sequences_of
 from pipeline.train import train_and_evaluate
 from pipeline.trainer import Trainer, build_optimizer
 
@@ -49,8 +49,15 @@ def _tpu_config(replicas, **train):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, corpus, replicas, two_replicas):
+def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(
+    tmp_path, monkeypatch, corpus, replicas, two_replicas
+):
     strategy = two_replicas if replicas == 2 else tf.distribute.get_strategy()
+    monkeypatch.setattr("pipeline.pretrain.EVALUATION_DOCUMENTS", 256)  # a stream has no end to stop at
+    # Masked-LM on a stream, as a corpus larger than its sample is read: 20 steps.
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(read_examples(corpus[0]).texts) + "\n", encoding="utf-8")
+    stream = {"data": {"sample_size": 200}, "pretrain": {"steps": 20}}
     results = {}
     for jit_compile in (False, True):
         config = _tpu_config(replicas, jit_compile=jit_compile)
@@ -59,7 +66,8 @@ def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, 
         )
         assert not fast_path.enabled()  # the layers are plain Keras, as on a TPU
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
-        masked_lm = pretrain(config, str(tmp_path / f"pretrain_{jit_compile}"), [corpus[0]], strategy=strategy)
+        directory = str(tmp_path / f"pretrain_{jit_compile}")
+        masked_lm = pretrain(override(config, stream), directory, str(texts), strategy=strategy)
         results[jit_compile] = (run["train_loss_by_epoch"][1], run["loss"], masked_lm["loss_by_epoch"][1])
     np.testing.assert_allclose(results[True], results[False], rtol=LOSS_RTOL)
     assert results[True][1] < np.log(2)  # and it learned: below chance on the two demo classes
@@ -74,16 +82,22 @@ def test_tpu_batches_have_static_shapes(corpus, two_replicas):
     length_bucket = usable_length_bucket(config, strategy)
     assert length_bucket == 0
     classification = train_dataset(split, config.train.batch_size, seed=1, length_bucket=length_bucket)
-    masked = masked_lm_dataset(
-        sequences_of(examples.texts, tokenizer),
-        len(tokenizer.vocabulary),
-        tokenizer.max_length,
-        config.pretrain.batch_size,
-        config.pretrain,
-        seed=1,
-        length_bucket=length_bucket,
+    masked, streamed = (
+        masked_lm_dataset(
+            sequences,
+            len(tokenizer.vocabulary),
+            tokenizer.max_length,
+            config.pretrain.batch_size,
+            config.pretrain,
+            seed=1,
+            length_bucket=length_bucket,
+        )
+        for sequences in (
+            sequences_of(examples.texts, tokenizer),
+            Sequences(TextSource(corpus[0], config.data), tokenizer, cached=False, shuffle_buffer=100),
+        )
     )
-    for dataset in (classification, masked):
+    for dataset in (classification, masked, streamed):
         for spec in tf.nest.flatten(dataset.element_spec):
             assert spec.shape.is_fully_defined(), dataset.element_spec
             assert spec.shape[0] == 32
