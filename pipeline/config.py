@@ -87,9 +87,9 @@ class DataConfig:
     # token per character: "auto" (when Chinese characters are at least half of the training texts'
     # letters), "on" or "off". Measured in bench/README.md.
     chinese_words: str = "auto"
-    # Texts the vocabulary and max_length are learned from: the first this many of the files, read in an order
-    # drawn with train.seed (a draw of this many from texts in memory), so that nothing waits for a large corpus
-    # to be read whole. A corpus of no more is read whole, in its own order, as if there were no sample.
+    # Texts pre-training learns the vocabulary and max_length from (which the classifier then takes): the first
+    # this many of the files, read in an order drawn with train.seed (a draw of this many from texts in memory),
+    # so that nothing waits for a large corpus to be read whole. A corpus of no more is read whole, in order.
     sample_size: int = 100_000
 
     def __post_init__(self):
