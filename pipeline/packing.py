@@ -1,11 +1,12 @@
 """Packing the lines of documents into pre-training sequences, as BERT's and
 ALBERT's data scripts do, but inside tf.data, on batches of tokenized lines.
 
-A line longer than a sequence is cut into chunks that fill whole sequences
-(a word cut there is split between them), so nothing past `max_length` is
-lost. With `join_lines`, consecutive chunks of one document share a
-sequence while they fit, and a document never shares one with another;
-otherwise each line is a document of its own.
+A document's tokens fill sequences of `max_length` tokens one after another
+(a line or word that does not fit goes on in the next), so only a document's
+last sequence holds padding and nothing past `max_length` is lost. With
+`join_lines`, the lines of a document follow one another; otherwise each
+line is a document of its own. A document never shares a sequence with
+another.
 """
 
 import tensorflow as tf
@@ -19,7 +20,8 @@ def pack(pieces, starts, max_length, join_lines):
     Args:
         pieces: `(lines, (words), (pieces))` int32 ids of consecutive lines
             (`Tokenizer.word_pieces`).
-        starts: `(lines,)` bool, true where a line starts a document.
+        starts: `(lines,)` bool, true where a line starts a document (the
+            first line always does).
         max_length: tokens per sequence, [CLS] included.
         join_lines: pack the lines of a document together.
 
@@ -31,46 +33,29 @@ def pack(pieces, starts, max_length, join_lines):
         pieces = pieces.with_values(tf.RaggedTensor.from_tensor(pieces.values))
     tokens = pieces.merge_dims(1, 2)  # (lines, (tokens))
     values = tokens.flat_values
-    line_of_token = tokens.value_rowids()
-    position = tf.ragged.range(tokens.row_lengths()).flat_values  # within its line
-    chunks_per_line = (tokens.row_lengths() + capacity - 1) // capacity
-    first_chunk = tf.cumsum(chunks_per_line, exclusive=True)
-    chunk_of_token = tf.gather(first_chunk, line_of_token) + position // capacity
-    if join_lines:
-        chunk_line = tf.repeat(tf.range(tokens.nrows()), chunks_per_line)
-        # A document's number for every chunk: a line holding no token still starts one.
-        document = tf.gather(tf.cumsum(tf.cast(starts, tf.int64)), chunk_line)
-        chunk_starts = tf.concat([[True], document[1:] != document[:-1]], axis=0)[: tf.size(document)]
-        lengths = tf.math.unsorted_segment_sum(
-            tf.ones_like(chunk_of_token), chunk_of_token, tf.reduce_sum(chunks_per_line)
-        )
-        sequence_of_chunk = _greedy(lengths, chunk_starts, capacity)
-    else:
-        sequence_of_chunk = tf.range(tf.reduce_sum(chunks_per_line))  # no chunk fits beside a full one
-    sequences = tf.maximum(tf.reduce_max(sequence_of_chunk), -1) + 1
+    if not join_lines:
+        starts = tf.ones_like(starts)
+    # Each document's tokens, and each token's place in its document.
+    starts = tf.concat([[True], starts[1:]], axis=0)[: tf.size(starts)]
+    document_of_line = tf.cumsum(tf.cast(starts, tf.int64)) - 1
+    document_of_token = tf.gather(document_of_line, tokens.value_rowids())
+    documents = tf.RaggedTensor.from_value_rowids(
+        values, document_of_token, nrows=tf.reduce_sum(tf.cast(starts, tf.int64))
+    )
+    position = tf.ragged.range(documents.row_lengths()).flat_values
+    chunks_per_document = (documents.row_lengths() + capacity - 1) // capacity
+    first_chunk = tf.cumsum(chunks_per_document, exclusive=True)
+    sequence_of_token = tf.gather(first_chunk, document_of_token) + position // capacity
     word_of_token = pieces.values.value_rowids()
-    # A word ends where the chunk does, so a word cut there is two words.
+    # A word ends where its sequence does, so a word cut there is two words.
     new_word = tf.concat(
-        [[True], (word_of_token[1:] != word_of_token[:-1]) | (chunk_of_token[1:] != chunk_of_token[:-1])], axis=0
+        [[True], (word_of_token[1:] != word_of_token[:-1]) | (sequence_of_token[1:] != sequence_of_token[:-1])],
+        axis=0,
     )[: tf.size(values)]
     words = tf.RaggedTensor.from_value_rowids(values, tf.cumsum(tf.cast(new_word, tf.int64)) - 1)
-    word_sequence = tf.boolean_mask(tf.gather(sequence_of_chunk, chunk_of_token), new_word)
-    packed = tf.RaggedTensor.from_value_rowids(words, word_sequence, nrows=sequences)
+    word_sequence = tf.boolean_mask(sequence_of_token, new_word)
+    packed = tf.RaggedTensor.from_value_rowids(words, word_sequence, nrows=tf.reduce_sum(chunks_per_document))
     return tf.concat([one_word(CLS_ID, packed.nrows()), packed], axis=1)
-
-
-def _greedy(lengths, starts, capacity):
-    # The sequence of each chunk: the one before it while the chunk fits and
-    # its document goes on, else a new one.
-    def step(state, chunk):
-        sequence, filled = state
-        length, start = chunk
-        new = start | (filled + length > capacity)
-        return sequence + tf.cast(new, tf.int64), tf.where(new, length, filled + length)
-
-    initial = (tf.constant(-1, tf.int64), tf.constant(0, tf.int64))
-    sequence_of_chunk, _ = tf.scan(step, (lengths, starts), initializer=initial)
-    return sequence_of_chunk
 
 
 def padding_share(sequence_lengths, max_length):

@@ -1,17 +1,18 @@
 """Pre-training text streamed from files into packed sequences.
 
     files -> this input pipeline's files (or, when there are fewer files than
-    pipelines, its share of each file's documents) -> readers interleaved,
-    validated row by row with file:line (`readers.file_examples`)
+    pipelines, its share of each file's documents) -> read in turns: plain
+    text by TensorFlow's reader, other formats by `readers.file_examples`,
+    every row checked with file:line
     -> tokenized in batches by the tokenizer's tensorflow-text ops
     -> the lines of each document packed into sequences (`packing.pack`)
 
-Nothing here holds the corpus or writes it into a tf.data graph: the readers
-hand tf.data batches of rows as they read them, so memory and the time to
-the first step do not grow with the corpus. A corpus that fits the
-vocabulary's sample (`data.sample_size` texts) is read whole once anyway, so
-its sequences are cached after packing and every epoch only shuffles them.
-"""
+Nothing here holds a large corpus or writes it into a tf.data graph, so
+memory and the time to the first step do not grow with the corpus. Texts in
+memory already (labelled texts, or a corpus no larger than the vocabulary's
+sample of `data.sample_size` texts, read whole for it) are sliced from
+memory, and their sequences cached after packing: every epoch only shuffles
+them."""
 
 import collections
 import re

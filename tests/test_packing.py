@@ -17,12 +17,21 @@ def _packed(*args):
 
 
 def test_lines_of_a_document_fill_sequences_and_a_long_line_fills_several():
-    # 4 tokens fit beside [CLS]: the 6-token line fills one and starts the next, which its document's next line joins.
+    # 4 tokens fit beside [CLS]: the second document's 7 fill one sequence and start the next.
     assert _packed(LINES, STARTS, 5, True) == [
         [[CLS_ID], [5], [6, 7], [8]],
         [[CLS_ID], [9, 10, 11], [12]],
         [[CLS_ID], [13], [14], [15]],
         [[CLS_ID], [16]],  # an empty line still started its document
+    ]
+
+
+def test_a_line_that_does_not_fit_goes_on_in_the_next_sequence_of_its_document():
+    lines = tf.ragged.constant([[[1], [2], [3]], [[4], [5, 6]], [[7]]], dtype=tf.int32, ragged_rank=2)
+    assert _packed(lines, tf.constant([True, False, True]), 5, True) == [
+        [[CLS_ID], [1], [2], [3], [4]],
+        [[CLS_ID], [5, 6]],  # the rest of the first document: padding only at its end
+        [[CLS_ID], [7]],
     ]
 
 
