@@ -118,7 +118,7 @@ def measure(code_root, files, steps, options):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100000,1000000,10000000", help="documents of each one-line corpus")
-    parser.add_argument("--documents", type=int, default=20_000, help="documents of the corpus of documents")
+    parser.add_argument("--documents", type=int, default=5_000, help="documents of the corpus of documents")
     parser.add_argument("--old", help="a commit whose (in-memory) pre-training runs beside, where it fits")
     parser.add_argument("--old-sizes", default="100000,1000000", help="the one-line corpora the old code runs on")
     parser.add_argument("--steps", type=int, default=96, help="masked-LM steps of each run (host loops of 16)")
@@ -129,6 +129,15 @@ def main():
     if args.old:
         old_root = os.path.join(tempfile.mkdtemp(), "old")
         subprocess.run(["git", "worktree", "add", "--detach", old_root, args.old], cwd=ROOT, check=True)
+    try:
+        run_arms(args, old_root)
+    finally:
+        if old_root:
+            subprocess.run(["git", "worktree", "remove", "--force", old_root], cwd=ROOT, check=True)
+
+
+def run_arms(args, old_root):
+    """Writes the corpora, runs every arm on them, and writes the results."""
     corpora = [
         (int(size), "line", write_corpus(os.path.join(args.data, f"lines-{size}"), int(size)))
         for size in args.sizes.split(",")
