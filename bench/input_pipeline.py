@@ -33,9 +33,9 @@ from pipeline.config import Config  # noqa: E402
 from pipeline.dataset import learn_vocabulary, load_split, train_dataset  # noqa: E402
 from pipeline.demo_corpus import generate  # noqa: E402
 from pipeline.masking import masked_lm_dataset  # noqa: E402
-from pipeline.text_stream import sequences_of  # noqa: E402
 from pipeline.model import build_model, build_pretraining_model  # noqa: E402
 from pipeline.pretrain import masked_lm_configs  # noqa: E402
+from pipeline.text_stream import sequences_of  # noqa: E402
 from pipeline.trainer import Trainer, build_optimizer  # noqa: E402
 
 
@@ -89,15 +89,15 @@ def masked_lm_input(texts, tokenizer, config, epochs=3):
     epoch of masked batches, texts/s of the later ones)`; as in training,
     every epoch is a new dataset, and the first traces the masking."""
     start = time.perf_counter()
-    word_ids = sequences_of(texts, tokenizer)
-    word_ids.lengths()  # tokenized, packed and cached
+    sequences = sequences_of(texts, tokenizer)
+    sequences.lengths()  # tokenized, packed and cached
     rates = [len(texts) / (time.perf_counter() - start)]
     for epoch in range(epochs):
         start, count = time.perf_counter(), 0
-        for features, _, _ in masked_lm_batches(word_ids, tokenizer, config, epoch):
+        for features, _, _ in masked_lm_batches(sequences, tokenizer, config, epoch):
             count += int(features["token_ids"].shape[0])
         rates.append(count / (time.perf_counter() - start))
-    return word_ids, rates[0], rates[1], len(rates[2:]) / sum(1 / rate for rate in rates[2:])
+    return sequences, rates[0], rates[1], len(rates[2:]) / sum(1 / rate for rate in rates[2:])
 
 
 def training(model, dataset, configs, model_dir, steps=30, warmup_steps=5):
@@ -141,10 +141,10 @@ def main():
             directory,
         )
         texts = [text for text, _ in generate(args.examples, seed=0)]  # the corpus's
-        word_ids, word_ids_rate, masked_first_rate, masked_rate = masked_lm_input(texts, tokenizer, config)
+        sequences, word_ids_rate, masked_first_rate, masked_rate = masked_lm_input(texts, tokenizer, config)
         masked_train_rate = training(
             build_pretraining_model(config.model),
-            masked_lm_batches(word_ids, tokenizer, config),
+            masked_lm_batches(sequences, tokenizer, config),
             masked_lm_configs(config),
             os.path.join(directory, "pretrain"),
         )

@@ -9,6 +9,7 @@ line is a document of its own. A document never shares a sequence with
 another.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from pipeline.tokenizer import CLS_ID, one_word
@@ -60,5 +61,4 @@ def pack(pieces, starts, max_length, join_lines):
 
 def padding_share(sequence_lengths, max_length):
     """The share of `max_length`-token sequences of these lengths that is padding."""
-    lengths = tf.cast(sequence_lengths, tf.float64)
-    return float(1.0 - tf.reduce_sum(lengths) / (tf.cast(tf.size(lengths), tf.float64) * max_length))
+    return float(1.0 - np.sum(sequence_lengths) / (len(sequence_lengths) * max_length))

@@ -111,18 +111,18 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         },
     )
     run_dir.check_or_save_config(output, config)
-    # A corpus read whole for the sample is cached; texts in memory are anyway.
-    sequences = Sequences(
-        source, tokenizer, cached=complete or source.examples is not None, shuffle_buffer=config.pretrain.shuffle_buffer
-    )
-    padding = padding_share(raising_data_errors(sequences.lengths), tokenizer.max_length)
-    _print_start(config, source, sequences, len(texts), padding, strategy)
     report = _finished_report(model_dir)
     if report is not None:  # started again (a killed fine-tuning, a refit, more members): nothing to train
         print(f"The pre-training in {model_dir} is done.")
         _print_report(report)
         finish_run(model_dir, strategy)
         return report
+    # A corpus read whole for the sample is cached; texts in memory are anyway.
+    sequences = Sequences(
+        source, tokenizer, cached=complete or source.examples is not None, shuffle_buffer=config.pretrain.shuffle_buffer
+    )
+    padding = padding_share(raising_data_errors(sequences.lengths), tokenizer.max_length)
+    _print_start(config, source, sequences, len(texts), padding, strategy)
     train_config, optimizer_config = masked_lm_configs(config)
     sequences_per_epoch, epochs = _plan(config, sequences)
     with strategy.scope():
@@ -183,11 +183,9 @@ def _plan(config, sequences):
     # train.epochs passes, counted once where the corpus is not cached.
     if config.pretrain.steps:
         return config.pretrain.steps * config.pretrain.batch_size, 1
-    if sequences.cached:
-        return sequences.count, config.train.epochs
-    print(f"Counting the sequences of one pass for {config.train.epochs} epochs (pretrain.steps needs no count)")
-    passes = sequences.source.sequences(sequences.tokenizer).batch(4096).map(lambda batch: batch.nrows())
-    return int(sum(raising_data_errors(list, passes.as_numpy_iterator()))), config.train.epochs
+    if not sequences.cached:
+        print(f"Counting the sequences of one pass for {config.train.epochs} epochs (pretrain.steps needs no count)")
+    return raising_data_errors(lambda: sequences.count), config.train.epochs
 
 
 def _print_start(config, source, sequences, sampled, padding, strategy):

@@ -245,17 +245,27 @@ class Sequences:
 
     @property
     def count(self):
-        """Sequences in one pass of a cached corpus (`lengths` counts them once)."""
-        return len(self.lengths())
+        """Sequences in one pass, counted once: from `lengths` where cached,
+        else by reading the whole stream (holding one batch of lengths at a time)."""
+        if "count" not in self._passes:
+            if self.cached:
+                self._passes["count"] = len(self.lengths())
+            else:
+                self._passes["count"] = sum(len(batch) for batch in _lengths(self.source.sequences(self.tokenizer)))
+        return self._passes["count"]
 
     def lengths(self):
         """Tokens of every sequence of one pass, [CLS] included: of the whole
         corpus where cached (filling the cache), else of the stream's first `LENGTHS_SAMPLE`."""
         if "lengths" not in self._passes:
             sequences = self() if self.cached else self.source.sequences(self.tokenizer).take(LENGTHS_SAMPLE)
-            batches = sequences.batch(4096).map(lambda batch: batch.merge_dims(1, 2).row_lengths())
-            self._passes["lengths"] = np.concatenate([np.zeros(0, np.int64), *batches.as_numpy_iterator()])
+            self._passes["lengths"] = np.concatenate([np.zeros(0, np.int64), *_lengths(sequences)])
         return self._passes["lengths"]
+
+
+def _lengths(sequences):
+    # Each batch of sequences' token counts, as NumPy arrays.
+    return sequences.batch(4096).map(lambda batch: batch.merge_dims(1, 2).row_lengths()).as_numpy_iterator()
 
 
 def in_memory(texts):
