@@ -12,7 +12,7 @@
 resumption; `load_classifier` serves what it exported.
 """
 
-from pipeline.config import Config
+from pipeline.config import Config, override
 from pipeline.predict import Classifier, load_classifier
 from pipeline.strategy import resolve_strategy, run_config
 from pipeline.train import train_and_evaluate
@@ -20,7 +20,7 @@ from pipeline.train import train_and_evaluate
 __all__ = ["Classifier", "load_classifier", "train"]
 
 
-def train(model_dir, train_files=None, eval_files=None, config=None, tpu=None):
+def train(model_dir, train_files=None, eval_files=None, config=None, tpu=None, unlabelled_files=None):
     """Trains, scores and exports a classifier in `model_dir`; returns the
     report written to its `metrics.json` (accuracy, macro_f1, loss, per class).
 
@@ -33,9 +33,15 @@ def train(model_dir, train_files=None, eval_files=None, config=None, tpu=None):
             (`{"train": {"epochs": 5}}`), or the path of a JSON file of them.
         tpu: "local" (a TPU VM's own chips) or a TPU's name: train under
             `TPUStrategy`, from the TPU defaults.
+        unlabelled_files: files of unlabelled text, as `train_files` (or
+            plain text; labels ignored), streamed into the pre-training
+            with the training texts (`pretrain.unlabelled`).
     """
     strategy = resolve_strategy(tpu)
     if not isinstance(config, Config):
         path, overrides = (config, {}) if isinstance(config, str) else (None, config or {})
         config = run_config(path, overrides, strategy, tpu)
+    if unlabelled_files:
+        files = unlabelled_files if isinstance(unlabelled_files, str) else ",".join(unlabelled_files)
+        config = override(config, {"pretrain": {"unlabelled": files}})
     return train_and_evaluate(config, model_dir, train_files, eval_files, tpu, strategy=strategy)

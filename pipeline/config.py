@@ -224,6 +224,10 @@ class PretrainConfig:
     # Sequences a stream (a corpus larger than data.sample_size) is shuffled in; a smaller one is cached and
     # shuffled whole.
     shuffle_buffer: int = 10_000
+    # Files of unlabelled text (a path, glob or comma-separated list; plain text, or any format the readers
+    # take, its text column read and its labels ignored) pre-trained on besides the run's own texts: with
+    # pipeline.train, its training texts, from which and these the vocabulary is learned too.
+    unlabelled: str = ""
 
     def __post_init__(self):
         for name in ("batch_size", "max_predictions", "shuffle_buffer"):

@@ -100,7 +100,7 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     configure_runtime(config, tpu)
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     tf.io.gfile.makedirs(output)
-    source = TextSource(text_paths, config.data, join_lines=config.pretrain.documents == "blank_line")
+    source = _source(config, text_paths)
     texts, complete = raising_data_errors(source.sample, config.data.sample_size, config.train.seed)
     tokenizer = _vocabulary(model_dir, output, vocabulary_from, texts, config)
     config = override(
@@ -119,7 +119,7 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         return report
     # A corpus read whole for the sample is cached; texts in memory are anyway.
     sequences = Sequences(
-        source, tokenizer, cached=complete or source.examples is not None, shuffle_buffer=config.pretrain.shuffle_buffer
+        source, tokenizer, cached=complete or source.files is None, shuffle_buffer=config.pretrain.shuffle_buffer
     )
     padding = padding_share(raising_data_errors(sequences.lengths), tokenizer.max_length)
     _print_start(config, source, sequences, len(texts), padding, strategy)
@@ -168,6 +168,17 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     return report
 
 
+def vocabulary_sample(config, texts):
+    """The texts a pre-training on `texts` (`Examples` or files) learns its
+    vocabulary from: them, and `pretrain.unlabelled`'s up to `data.sample_size`."""
+    return raising_data_errors(_source(config, texts).sample, config.data.sample_size, config.train.seed)[0]
+
+
+def _source(config, texts):
+    join_lines = config.pretrain.documents == "blank_line"
+    return TextSource(texts, config.data, join_lines=join_lines, files=config.pretrain.unlabelled)
+
+
 def masked_lm_configs(config):
     """`(train, optimizer)` configs masked-LM trains with: `train` with the
     batch size of `pretrain`, and `optimizer` with its peak rate and no
@@ -183,16 +194,20 @@ def _plan(config, sequences):
     # train.epochs passes, counted once where the corpus is not cached.
     if config.pretrain.steps:
         return config.pretrain.steps * config.pretrain.batch_size, 1
-    if not sequences.cached:
-        print(f"Counting the sequences of one pass for {config.train.epochs} epochs (pretrain.steps needs no count)")
-    return raising_data_errors(lambda: sequences.count), config.train.epochs
+    if sequences.cached:
+        return sequences.count, config.train.epochs
+    print(f"Counting the sequences of one pass for {config.train.epochs} epochs (pretrain.steps needs no count)")
+    count = raising_data_errors(lambda: sequences.count)
+    print(f"{count} sequences a pass: {count // config.pretrain.batch_size} steps an epoch")
+    return count, config.train.epochs
 
 
 def _print_start(config, source, sequences, sampled, padding, strategy):
     if sequences.cached:
         what = f"{sampled} texts in {sequences.count} sequences"
     else:
-        what = f"{len(source.files)} files streamed (vocabulary from a sample of {sampled} texts)"
+        beside = f" with {len(source.examples.texts)} texts in memory" if source.examples is not None else ""
+        what = f"{len(source.files)} files streamed{beside} (vocabulary from a sample of {sampled} texts)"
     print(
         f"{what} of up to {config.model.max_length} tokens, {padding:.1%} of them padding"
         f"{' (documents of lines)' if source.join_lines else ''}, vocabulary of {config.model.vocabulary_size}, "

@@ -37,61 +37,95 @@ _DATA_ERROR = re.compile(r"DataError: (.*)")
 
 
 class TextSource:
-    """The pre-training texts of a run: files (streamed) or `Examples` (in memory).
+    """The pre-training texts of a run: `Examples` (in memory), files
+    (streamed), or both (labelled texts and unlabelled files).
 
-    `join_lines` packs the lines of a document together, a blank line ending
-    each document (plain text files only); otherwise each line or row is a
-    document. `skipped` counts the rows left out by reason with
-    `skip_bad_rows` (a stream counts them as it reads them).
+    `texts` is `Examples` or files (a path, glob or list of them); `files`
+    more files besides them. `join_lines` packs the lines of a
+    document together, a blank line ending each document (plain text files
+    only); otherwise each line or row is a document. `skipped` counts the
+    rows left out by reason with `skip_bad_rows` (a stream counts them as it
+    reads them).
     """
 
-    def __init__(self, texts, data_config=None, join_lines=False):
+    def __init__(self, texts, data_config=None, join_lines=False, files=None):
         self.examples = texts if isinstance(texts, Examples) else None
-        self.files = None if self.examples else expand_paths(texts)
+        paths = ([] if self.examples is not None else expand_paths(texts)) + (expand_paths(files) if files else [])
+        self.files = paths or None
         for path in self.files or ():  # a stream might reach it only after hours
             if tf.io.gfile.stat(path).length == 0:
                 raise DataError(f"{path}: the file holds no examples")
         self.data_config, self.join_lines = data_config, join_lines
         self.skipped = collections.Counter(self.examples.skipped if self.examples else ())
+        self._bytes_per_text = None  # of the files' texts, from the sample
 
     def sample(self, size, seed):
-        """`(texts, complete)`: the first `size` texts of the files in an
-        order drawn with `seed` (of `Examples`, a draw of `size`), and whether
-        that is every text, in which case they come in the corpus's order."""
+        """`(texts, complete)`: the texts in memory (a draw of `size` where
+        more), then the first texts of the files, in an order drawn with
+        `seed`, up to `size` in all; and whether that is every text, in which
+        case they come in the corpus's order and are kept in memory."""
+        texts = []
         if self.examples is not None:
-            texts = self.examples.texts
-            if len(texts) <= size:
-                return list(texts), True
-            chosen = np.sort(np.random.default_rng(seed).permutation(len(texts))[:size])
-            return [texts[index] for index in chosen], False
-        by_file, count = {}, 0
+            texts = list(self.examples.texts)
+            if len(texts) > size:
+                chosen = np.sort(np.random.default_rng(seed).permutation(len(texts))[:size])
+                return [texts[index] for index in chosen], False
+            if self.files is None:
+                return texts, True
+        by_file, count = {}, len(texts)
         for index in np.random.default_rng(seed).permutation(len(self.files)):
             by_file[index] = []
             for text, _, _ in self._rows(self.files[index], collections.Counter()):
                 if not text:  # a blank line between documents
                     continue
                 if count == size:
-                    return [text for texts in by_file.values() for text in texts], False
+                    return texts + self._measured([text for texts in by_file.values() for text in texts]), False
                 by_file[index].append(text)
                 count += 1
-        texts = [text for index in sorted(by_file) for text in by_file[index]]
+        texts += self._measured([text for index in sorted(by_file) for text in by_file[index]])
         if not self.join_lines:  # read whole: kept, so that no pass reads the files again
-            self.examples = in_memory(texts)
+            self.examples, self.files = in_memory(texts), None
         return texts, True
+
+    def _measured(self, texts):
+        # `texts` of the files, their mean size noted to estimate how many the files hold.
+        self._bytes_per_text = sum(len(text.encode()) + 1 for text in texts) / max(1, len(texts))
+        return texts
 
     def documents(self, input_context=None, seed=None):
         """`(texts, starts)` batches of this input pipeline's lines, `starts`
-        true where a line starts a document. With `seed`, the files come in
-        an order drawn anew for every pass, without end; otherwise once, in
-        the corpus's order."""
+        true where a line starts a document. With `seed`, a pass after pass
+        without end, each reading the files in a new order; otherwise one
+        pass, in the corpus's order. Texts in memory beside files come in as
+        many batches as the files' (estimated from the sample), drawn at
+        random among them."""
         pipelines, pipeline = (
             (input_context.num_input_pipelines, input_context.input_pipeline_id) if input_context else (1, 0)
         )
+        memory = None
         if self.examples is not None:
-            # Texts in memory (a corpus read whole for the sample, or labelled texts), each a document.
-            texts = tf.data.Dataset.from_tensor_slices(self.examples.texts).shard(pipelines, pipeline)
-            dataset = texts.batch(READ_BATCH).map(lambda batch: (batch, tf.ones_like(batch, tf.bool)))
-            return dataset.repeat() if seed is not None else dataset
+            # Texts in memory (labelled texts, or a corpus read whole for the sample), each a document.
+            memory = tf.data.Dataset.from_tensor_slices(self.examples.texts).shard(pipelines, pipeline)
+        if not self.files:
+            one_pass = _as_documents(memory.batch(READ_BATCH))
+        elif memory is None:
+            one_pass = self._file_pass(pipelines, pipeline, seed)[0]
+        else:
+            files, file_batches = self._file_pass(pipelines, pipeline, seed)
+            if seed is not None:  # else the stream's shuffle buffer would keep them together
+                memory = memory.shuffle(len(self.examples.texts), seed=seed, reshuffle_each_iteration=True)
+            # As many batches of texts in memory as the files give, drawn at random among theirs.
+            size = max(1, -(-len(self.examples.texts) // pipelines // file_batches))
+            one_pass = tf.data.Dataset.sample_from_datasets(
+                [_as_documents(memory.batch(size)), files],
+                seed=0 if seed is None else seed,
+                stop_on_empty_dataset=False,
+            )
+        return one_pass.repeat() if seed is not None else one_pass
+
+    def _file_pass(self, pipelines, pipeline, seed):
+        # One pass over this pipeline's files (with `seed`, in an order drawn
+        # anew each pass), and about how many batches it gives.
         by_file = len(self.files) >= pipelines  # else every pipeline reads a share of each file
         files = self.files[pipeline::pipelines] if by_file else self.files
         share = (1, 0) if by_file else (pipelines, pipeline)
@@ -107,13 +141,15 @@ class TextSource:
                 self._batches, args=(path, *share), output_signature=signature
             ).prefetch(1)
 
+        texts = [tf.io.gfile.stat(path).length / share[0] / (self._bytes_per_text or 100) for path in files]
+        batches = round(sum(max(1, count / READ_BATCH) for count in texts))
         dataset = tf.data.Dataset.from_tensor_slices(files)
         if seed is None:
-            return dataset.interleave(read, cycle_length=1)
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+            return dataset.interleave(read, cycle_length=1), batches
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
         return dataset.interleave(
             read, cycle_length=min(CYCLE_LENGTH, len(files)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-        )
+        ), batches
 
     def sequences(self, tokenizer, input_context=None, seed=None):
         """`documents` tokenized and packed: one `(words, pieces)` int32
@@ -154,6 +190,11 @@ class TextSource:
                 texts, starts = [], []
         if texts:
             yield np.array(texts, dtype=object), np.array(starts)
+
+
+def _as_documents(batches):
+    # `(texts, starts)` batches of texts that are each a document.
+    return batches.map(lambda batch: (batch, tf.ones_like(batch, tf.bool)))
 
 
 def _text_lines(path, pipelines, pipeline, join_lines):

@@ -5,9 +5,10 @@
 With no --train, it trains on the embedded demo corpus. Killed and started
 again with the same command, it resumes from its last checkpoint. It holds
 out --validation-split of the training examples (10%, stratified) to keep
-the best epoch on, pre-trains on the other training texts for
---pretrain-epochs masked-LM epochs (as pipeline.pretrain does, in
-DIR/pretrain; 0 trains from scratch), fine-tunes the classifier from that
+the best epoch on, pre-trains on the other training texts (and on
+--unlabelled files of text, streamed) for --pretrain-epochs masked-LM
+epochs or --pretrain-steps steps (as pipeline.pretrain does, in
+DIR/pretrain; 0 epochs trains from scratch), fine-tunes the classifier from that
 (for --epochs, by default enough for train.min_steps steps, stopping after
 train.patience epochs without a better held-out score), then trains it
 again from the same start on all the training examples up to the kept
@@ -38,6 +39,7 @@ from pipeline.config import Config, override
 from pipeline.dataset import (
     concatenate,
     hold_out,
+    learn_tokenizer,
     learn_vocabulary,
     load_split,
     read_split,
@@ -61,7 +63,7 @@ from pipeline.layout import (
 )
 from pipeline.metrics import classification_report, format_report, one_class_warning, scores_line, selection_score
 from pipeline.model import build_model
-from pipeline.pretrain import initialize_from, pretrain, with_pretrain_epochs
+from pipeline.pretrain import initialize_from, pretrain, vocabulary_sample, with_pretrain_epochs
 from pipeline.readers import DataError
 from pipeline.strategy import (
     TPUUnavailableError,
@@ -72,7 +74,7 @@ from pipeline.strategy import (
     resolve_strategy,
     run_config,
 )
-from pipeline.tokenizer import Tokenizer
+from pipeline.tokenizer import LONGEST, Tokenizer
 from pipeline.trainer import Predictor, Trainer, TrainingError, build_optimizer
 
 # Fields `prepare_data` fills in from the data and the vocabulary.
@@ -157,6 +159,12 @@ def train_and_evaluate(
         )
     if init_from and vocabulary_from:
         raise ValueError("--init-from brings its own vocabulary; leave out --vocabulary-from")
+    if config.pretrain.unlabelled and not config.train.pretrain_epochs:
+        raise ValueError(
+            f"pretrain.unlabelled (--unlabelled) {config.pretrain.unlabelled}: unlabelled texts are pre-trained "
+            "on, but train.pretrain_epochs is 0 (no pre-training); give --pretrain-epochs 1 or more (or its "
+            "default), or --pretrain-steps for its length in steps"
+        )
     strategy = strategy or resolve_strategy(tpu)
     # Refused before any work (the pre-training, the held-out draw) rather than once the data is read.
     batch_sizes = {"train.batch_size": config.train.batch_size}
@@ -419,8 +427,9 @@ def data_paths(train_paths, eval_paths, directory):
 
 
 def pretrain_on_training_texts(config, model_dir, train_paths, vocabulary_from, tpu, strategy):
-    """`pipeline.pretrain` on `train_paths`' texts for `train.pretrain_epochs`
-    (with `vocabulary_from`'s vocabulary, if given), in `model_dir/pretrain`;
+    """`pipeline.pretrain` on `train_paths`' texts, and those of
+    `pretrain.unlabelled`, for `train.pretrain_epochs` (or `pretrain.steps`;
+    with `vocabulary_from`'s vocabulary, if given), in `model_dir/pretrain`;
     returns that directory. A resumed run resumes it, or finds it done.
     Sweep trials call it too. `tpu` as `configure_runtime` takes it: the
     pre-training sets the precision policy again, `auto` by the device."""
@@ -574,6 +583,8 @@ def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None)
             f"{vocabulary_from}: no {VOCABULARY_FILE}; not a pipeline.train or pipeline.pretrain directory"
         )
     reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
+    if reuse is None and config.train.pretrain_epochs and config.pretrain.unlabelled:  # a sweep's
+        reuse = learn_tokenizer(vocabulary_sample(config, train_examples), config.data, LONGEST)
     names, tokenizer = learn_vocabulary(train_examples, config.data, config.model.max_length, reuse)
     run_dir.save_vocabulary(output, tokenizer, names)
     return names, tokenizer
@@ -646,6 +657,8 @@ def parse_args(argv=None):
         "class-weight": ("train", "class_weight", str),
         "pretrain-learning-rate": ("pretrain", "learning_rate", float),
         "pretrain-batch-size": ("pretrain", "batch_size", int),
+        "pretrain-steps": ("pretrain", "steps", int),
+        "unlabelled": ("pretrain", "unlabelled", str),
         "steps-per-execution": ("train", "steps_per_execution", int),
         "checkpoint-every": ("train", "checkpoint_every", int),
         "precision": ("train", "precision", str),
@@ -664,12 +677,20 @@ def parse_args(argv=None):
         "class-weight": "the classes' weights in the loss: none, balanced, or NAME:WEIGHT,...; ",
         "pretrain-learning-rate": "masked-LM's peak learning rate; ",
         "pretrain-batch-size": "sequences per masked-LM step; ",
+        "pretrain-steps": "masked-LM optimizer steps in place of the --pretrain-epochs passes, 0 = epochs; ",
+        "unlabelled": "files of unlabelled text, streamed into the pre-training with the training texts, the "
+        "vocabulary learned from both: path, glob or comma-separated list of plain text (a text a line) or of any "
+        "--train format, labels ignored; ",
         "steps-per-execution": "training steps per host round trip (--tpu: 200); ",
         "precision": "auto, float32 or mixed_bfloat16; ",
     }
     for flag, (section, field, kind) in flags.items():
         default = getattr(getattr(Config(), section), field)
-        parser.add_argument(f"--{flag}", type=kind, help=f"{section}.{field} ({notes.get(flag, '')}default {default})")
+        parser.add_argument(
+            f"--{flag}",
+            type=kind,
+            help=f"{section}.{field} ({notes.get(flag, '')}default {'none' if default == '' else default})",
+        )
     parser.add_argument(
         "--skip-bad-rows", action="store_true", help="skip and count bad rows instead of stopping at the first"
     )

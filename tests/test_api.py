@@ -48,3 +48,11 @@ def test_train_then_load_classifier_scores_the_evaluation_files_as_the_run_did(t
 def test_load_classifier_of_a_path_without_an_export_names_it(tmp_path):
     with pytest.raises(ValueError, match=f"{tmp_path}: neither a SavedModel nor a folder of numbered versions"):
         load_classifier(str(tmp_path))
+
+
+def test_unlabelled_files_are_the_pretrainings_and_need_one(tmp_path, corpus):
+    with pytest.raises(
+        ValueError, match=r"pretrain.unlabelled \(--unlabelled\) a.txt,b.txt: .* train.pretrain_epochs is 0"
+    ):
+        train(str(tmp_path / "run"), *corpus, config=CONFIG, unlabelled_files=["a.txt", "b.txt"])
+    assert not (tmp_path / "run").exists()  # refused before any work

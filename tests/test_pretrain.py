@@ -20,6 +20,7 @@ from pipeline.pretrain import UNREAD_FIELDS, finished_pretraining, initialize_fr
 from pipeline.pretrain import main as pretrain_main
 from pipeline.text_stream import sequences_of
 from pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
+from pipeline.train import main as train_main
 from pipeline.train import train_and_evaluate
 from pipeline.trainer import TrainingError
 
@@ -651,3 +652,43 @@ def test_members_hold_out_one_slice_refit_on_all_training_files_and_eval_scores_
     for score, refit_model, kept_model in zip(report["members"], refits, kept):
         assert score["accuracy"] == pytest.approx(accuracy([refit_model], examples))
         assert score["validation"]["accuracy"] == pytest.approx(accuracy([kept_model], held_out))
+
+
+def test_unlabelled_files_are_streamed_into_the_pretraining_with_the_training_texts(tmp_path, capsys):
+    corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
+    unlabelled = [f"{text} zorblax" for text, _ in generate(200, seed=11)]  # a word no training text has
+    (tmp_path / "more.txt").write_text("\n".join(unlabelled[:120]) + "\n", encoding="utf-8")
+    # Any reader format: its labels, none of them a class of the run, are ignored.
+    (tmp_path / "more.csv").write_text(
+        "text,label\n" + "".join(f'"{text}",unknown\n' for text in unlabelled[120:]), encoding="utf-8"
+    )
+    files = f"{tmp_path / 'more.txt'},{tmp_path / 'more.csv'}"
+    # A sample smaller than the 288 kept training texts and the 200 of the files: the training texts stay in
+    # memory and the files stream.
+    config = override(
+        Config.from_dict(TINY),
+        {
+            "train": {"epochs": 1, "pretrain_epochs": 1, "validation_split": 0.1},
+            "data": {"sample_size": 400},
+            "model": {"max_length": 32},
+        },
+    )
+    config.save(str(tmp_path / "config.json"))
+    run = str(tmp_path / "run")
+    command = ["--train", corpus[0], "--eval", corpus[1], "--model-dir", run, "--config", str(tmp_path / "config.json")]
+    train_main([*command, "--unlabelled", files])
+    out = capsys.readouterr().out
+    assert "2 files streamed with 288 texts in memory (vocabulary from a sample of 400 texts)" in out
+    assert "488 sequences a pass: 15 steps an epoch" in out  # every text, each one sequence
+    vocabulary = Tokenizer.load(os.path.join(run, "pretrain")).vocabulary
+    assert "zorblax" in vocabulary and Tokenizer.load(run).vocabulary == vocabulary
+    for directory in (run, os.path.join(run, "pretrain")):
+        with open(os.path.join(directory, "config.json")) as f:
+            assert json.load(f)["pretrain"]["unlabelled"] == files  # a resume with other files is refused
+    with pytest.raises(
+        SystemExit, match="error: pretrain.unlabelled .--unlabelled. .*train.pretrain_epochs is 0 .no pre-training."
+    ):
+        train_main(
+            [*command[:-2], "--unlabelled", files, "--model-dir", str(tmp_path / "none"), "--pretrain-epochs", "0"]
+        )
+    assert not os.path.exists(tmp_path / "none")

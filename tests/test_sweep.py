@@ -17,7 +17,7 @@ import tensorflow as tf
 from conftest import WORD_TOKENS
 from pipeline.config import Config
 from pipeline.dataset import learn_tokenizer, read_split
-from pipeline.demo_corpus import write_demo_corpus
+from pipeline.demo_corpus import generate, write_demo_corpus
 from pipeline.layout import CHECKPOINT_DIR
 from pipeline.model import build_pretraining_model
 from pipeline.model_dir import load_config, restore_model, restore_variables, save_vocabulary
@@ -90,7 +90,12 @@ def test_narrowing_the_space():
 
 @pytest.mark.slow
 def test_trials_pretrain_with_their_own_shapes_then_start_from_it_and_share_it(tmp_path, corpus):
-    config = Config.from_dict({**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}})
+    # With unlabelled text too, whose words the vocabulary learns (a word no training text has).
+    unlabelled = tmp_path / "unlabelled.txt"
+    unlabelled.write_text("".join(f"{text} zorblax\n" for text, _ in generate(80, seed=3)), encoding="utf-8")
+    config = Config.from_dict(
+        {**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}, "pretrain": {"unlabelled": str(unlabelled)}}
+    )
     # Trials are single models: an ensemble setting is refused before any work.
     with pytest.raises(ValueError, match="train.members is 3: sweeps compare single models"):
         run_sweep(
@@ -132,7 +137,9 @@ def test_trials_pretrain_with_their_own_shapes_then_start_from_it_and_share_it(t
             with open(os.path.join(trial_dir, "pretrained_from.json")) as f:
                 assert json.load(f) == {"pretrain_dir": pretrain_dir}
         assert load_config(pretrain_dir).model.hidden_size == row["hidden_size"]
+        assert load_config(pretrain_dir).pretrain.unlabelled == str(unlabelled)
         assert Tokenizer.load(pretrain_dir).vocabulary == Tokenizer.load(trial_dir).vocabulary
+        assert "zorblax" in Tokenizer.load(trial_dir).vocabulary
         pretrained = build_pretraining_model(load_config(pretrain_dir).model)
         restore_variables(pretrained, tf.train.latest_checkpoint(os.path.join(pretrain_dir, CHECKPOINT_DIR)))
         classifier = restore_model(trial_dir)[0]

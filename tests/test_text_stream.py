@@ -134,3 +134,28 @@ def test_a_line_that_is_not_utf8_stops_the_stream_naming_its_file_and_line_or_is
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(DataError, match="empty.txt: the file holds no examples"):
         TextSource([str(path), str(tmp_path / "empty.txt")], DataConfig(**WORDS))
+
+
+def test_texts_in_memory_and_unlabelled_files_are_one_corpus_spread_through_each_pass(tmp_path):
+    labelled = in_memory([f"lab{n} y" for n in range(40)])
+    paths = [_write(str(tmp_path / f"{index}.txt"), [f"u{index} t{n}" for n in range(200)]) for index in range(8)]
+    everything = list(labelled.texts) + [f"u{index} t{n}" for index in range(8) for n in range(200)]
+    texts, complete = TextSource(labelled, DataConfig(**WORDS), files=str(tmp_path / "*.txt")).sample(5000, 1)
+    assert complete and texts == everything  # read whole, in order: kept in memory, cached
+    source = TextSource(labelled, DataConfig(**WORDS), files=paths)
+    texts, complete = source.sample(100, seed=1)
+    assert not complete and texts[:40] == list(labelled.texts) and len(texts) == 100  # the labelled first
+    tokenizer = _tokenizer(everything)
+    word = {index: token for index, token in enumerate(tokenizer.vocabulary)}
+    passes = [
+        " ".join(word[i] for i in ids) for ids in _tokens(Sequences(source, tokenizer, cached=False)(seed=3), 3280)
+    ]
+    for one in range(2):
+        assert sorted(passes[1640 * one : 1640 * (one + 1)]) == sorted(everything)  # each text once a pass
+    spots = [index for index, text in enumerate(passes[:1640]) if text.startswith("lab")]
+    assert spots[0] < 820 < spots[-1]  # drawn among the files' texts, not all before or after them
+    shares = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
+        shares.append(collections.Counter(_tokens(Sequences(source, tokenizer, cached=False)(context, seed=3), 820)))
+    assert not shares[0] & shares[1] and sum((shares[0] + shares[1]).values()) == 1640

@@ -22,8 +22,8 @@ from pipeline.layout import PRETRAIN_DIR, PRETRAINED_FROM
 from pipeline.metrics import BEST_METRICS
 from pipeline.model import build_model
 from pipeline.model_dir import check_or_save_config, has_vocabulary, save_vocabulary
-from pipeline.pretrain import finished_pretraining, initialize_from
-from pipeline.tokenizer import Tokenizer
+from pipeline.pretrain import finished_pretraining, initialize_from, vocabulary_sample
+from pipeline.tokenizer import LONGEST, Tokenizer
 from pipeline.train import fit_and_evaluate, pretrain_on_training_texts
 from tuning.search_space import sample
 
@@ -38,7 +38,8 @@ class Vocabularies:
 
     The base config's vocabulary is the run's own, from `prepare_data`. A
     trial asking for another `data.vocabulary_size` gets a tokenizer learned
-    from the same training texts with the same settings (and the same
+    from the same training texts (and `pretrain.unlabelled`'s sample, as the
+    run's) with the same settings (and the same
     `max_length`, or the same rule deriving it) the first time a trial of
     this process asks for that size; the texts are read once for all sizes.
     Learning is deterministic, so the processes of a distributed sweep and a
@@ -55,7 +56,8 @@ class Vocabularies:
 
     def __init__(self, prepared, max_length, paths):
         self.names, self.max_length, self.paths = prepared.names, max_length, paths
-        self._examples = None
+        self.config = prepared.config
+        self._examples = self._texts = None
         self._by_size = {
             prepared.config.data.vocabulary_size: (prepared.tokenizer, prepared.train, prepared.evaluation)
         }
@@ -65,7 +67,12 @@ class Vocabularies:
         if size not in self._by_size:
             if self._examples is None:
                 self._examples = [read_split(paths, data_config) for paths in self.paths]
-            tokenizer = learn_tokenizer(self._examples[0].texts, data_config, self.max_length)
+                self._texts = self._examples[0].texts
+                if self.config.train.pretrain_epochs and self.config.pretrain.unlabelled:
+                    self._texts = vocabulary_sample(self.config, self._examples[0])
+            tokenizer = learn_tokenizer(self._texts, data_config, self.max_length or LONGEST)
+            if not self.max_length:  # derived from the texts classified
+                tokenizer.settings["max_length"] = tokenizer.fitting_length(self._examples[0].texts)
             self._by_size[size] = (
                 tokenizer,
                 *(load_split(examples, data_config, tokenizer, self.names) for examples in self._examples),

@@ -168,6 +168,11 @@ def main(argv=None):
     parser.add_argument("--config", help="JSON file of base config overrides, as pipeline.train")
     parser.add_argument("--epochs", type=int, help="epochs per trial (hyperband: the most per trial)")
     parser.add_argument(
+        "--unlabelled",
+        help="files of unlabelled text pre-trained on with the training texts, as pipeline.train "
+        "(pretrain.unlabelled; trials whose pre-training would be the same share one)",
+    )
+    parser.add_argument(
         "--space",
         help="JSON file or text fixing/narrowing hyperparameters, e.g. "
         '\'{"num_layers": 4, "hidden_size": [128, 256]}\' (see tuning/search_space.py)',
@@ -177,7 +182,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         strategy = resolve_strategy(args.tpu)
-        config = run_config(args.config, {"train": {"epochs": args.epochs}} if args.epochs else {}, strategy, args.tpu)
+        overrides = {"train": {"epochs": args.epochs}} if args.epochs else {}
+        if args.unlabelled:
+            overrides["pretrain"] = {"unlabelled": args.unlabelled}
+        config = run_config(args.config, overrides, strategy, args.tpu)
         run_sweep(
             config,
             args.directory,
