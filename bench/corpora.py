@@ -228,6 +228,25 @@ def segment(train_path, test_path, how, directory):
     return paths, {"data": {"tokenizer": "word", "vocabulary_size": size, "lower_case": False}}
 
 
+def timed(run, test_labels, baseline):
+    """`run()`'s result with its wall time and its difference from TF-IDF's (`baseline`'s predictions)."""
+    start = time.perf_counter()
+    result = run()
+    result["seconds"] = time.perf_counter() - start
+    result["vs_tfidf_logistic_regression"] = compare(test_labels, result["predictions"], baseline["predictions"])
+    return result
+
+
+def keras_hub_in_time(train_path, test_path, run_directory, seconds):
+    """keras-hub's `AlbertClassifier` with the dimensions and token ids of
+    this project's run in `run_directory`, trained for as many epochs as fit
+    in `seconds` (bench/accuracy.py's settings otherwise)."""
+    config = Config.load(os.path.join(run_directory, "config.json"))
+    return keras_hub_albert(
+        train_path, test_path, config, epochs=1, batch_size=32, learning_rate=5e-4, budget_seconds=seconds
+    )
+
+
 def merged(base, overrides):
     """`base` config overrides updated by `overrides`, section by section."""
     return {key: {**base.get(key, {}), **overrides.get(key, {})} for key in {*base, *overrides}}
@@ -309,16 +328,6 @@ def main():
             with open(split, encoding="utf-8") as f:
                 corpus["split"] = json.load(f)
 
-        def timed(run):
-            # `run()`'s result with its wall time and its difference from TF-IDF's.
-            start = time.perf_counter()
-            result = run()
-            result["seconds"] = time.perf_counter() - start
-            result["vs_tfidf_logistic_regression"] = compare(
-                test_labels, result["predictions"], baseline["predictions"]
-            )
-            return result
-
         runs = os.path.join(args.cache, "runs", name + (f"_{args.segment.replace(':', '_')}" if args.segment else ""))
         units = {}
         if args.segment:
@@ -327,20 +336,16 @@ def main():
         for arm, overrides in arms.items():
             shutil.rmtree(directories[arm], ignore_errors=True)  # never resume a run of other code
             corpus[arm] = timed(
-                lambda: this_project(train_path, test_path, directories[arm], None, merged(units, overrides))
+                lambda: this_project(train_path, test_path, directories[arm], None, merged(units, overrides)),
+                test_labels,
+                baseline,
             )
         if not args.skip_keras_hub:
             first = next(iter(arms))
             corpus["keras-hub AlbertClassifier"] = timed(
-                lambda: keras_hub_albert(
-                    train_path,
-                    test_path,
-                    Config.load(os.path.join(directories[first], "config.json")),
-                    epochs=1,
-                    batch_size=32,
-                    learning_rate=5e-4,
-                    budget_seconds=corpus[first]["seconds"],
-                )
+                lambda: keras_hub_in_time(train_path, test_path, directories[first], corpus[first]["seconds"]),
+                test_labels,
+                baseline,
             )
         for value in corpus.values():
             if isinstance(value, dict):
