@@ -98,7 +98,7 @@ class TextSource:
         without end, each reading the files in a new order; otherwise one
         pass, in the corpus's order. Texts in memory beside files come in as
         many batches as the files' (estimated from the sample), drawn at
-        random among them."""
+        random among them (without `seed`, by a fixed one)."""
         pipelines, pipeline = (
             (input_context.num_input_pipelines, input_context.input_pipeline_id) if input_context else (1, 0)
         )
