@@ -125,12 +125,13 @@ def hold_out(examples, fraction, seed=HOLD_OUT_SEED):
     return part(~chosen, collections.Counter(examples.skipped)), part(chosen, collections.Counter())
 
 
-def learn_vocabulary(paths, data_config, max_length, reuse=None):
+def learn_vocabulary(paths, data_config, max_length, reuse=None, texts=None):
     """Learns the label set and tokenizer from the training files (or `Examples`).
 
     With `reuse` (a `Tokenizer`, e.g. of a pre-trained run) its vocabulary
     and settings are kept and only `max_length` is set (0: derived from the
-    training texts).
+    training texts). With `texts`, the vocabulary is learned from them
+    instead of the training texts (`max_length` still fits the training texts).
     """
     examples = read_split(paths, data_config)
     if reuse is not None:
@@ -138,22 +139,28 @@ def learn_vocabulary(paths, data_config, max_length, reuse=None):
         if not max_length:
             tokenizer.settings["max_length"] = tokenizer.fitting_length(examples.texts)
         return label_names(examples.labels), tokenizer
-    return label_names(examples.labels), learn_tokenizer(examples.texts, data_config, max_length)
+    texts = examples.texts if texts is None else texts
+    return label_names(examples.labels), learn_tokenizer(texts, data_config, max_length, length_texts=examples.texts)
 
 
-def learn_tokenizer(texts, data_config, max_length):
-    """A tokenizer learned from `texts` with the data config's settings."""
+def learn_tokenizer(texts, data_config, max_length, length_texts=None):
+    """A tokenizer learned from `texts` with the data config's settings; a
+    `max_length` of 0 is derived from `length_texts` (by default `texts`):
+    the texts classified, where the vocabulary learns from more."""
     chinese_words = data_config.chinese_words
-    return Tokenizer.learn(
+    tokenizer = Tokenizer.learn(
         texts,
         kind=data_config.tokenizer,
         vocabulary_size=data_config.vocabulary_size,
         min_count=data_config.min_count,
-        max_length=max_length,
+        max_length=max_length or LONGEST,
         lower_case=data_config.lower_case,
         normalization_form=data_config.normalization_form,
         chinese_words=chinese_words == "on" or (chinese_words == "auto" and mostly_chinese(texts)),
     )
+    if not max_length:
+        tokenizer.settings["max_length"] = tokenizer.fitting_length(texts if length_texts is None else length_texts)
+    return tokenizer
 
 
 def resolved_chinese_words(tokenizer):

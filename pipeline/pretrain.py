@@ -168,10 +168,13 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     return report
 
 
-def vocabulary_sample(config, texts):
-    """The texts a pre-training on `texts` (`Examples` or files) learns its
-    vocabulary from: them, and `pretrain.unlabelled`'s up to `data.sample_size`."""
-    return raising_data_errors(_source(config, texts).sample, config.data.sample_size, config.train.seed)[0]
+def vocabulary_texts(config, examples):
+    """The texts a run's vocabulary is learned from: the training `Examples`'
+    texts, and where it pre-trains on `pretrain.unlabelled` too, those files'
+    up to `data.sample_size` texts in all (as that pre-training learns it)."""
+    if not (config.train.pretrain_epochs and config.pretrain.unlabelled):
+        return examples.texts
+    return raising_data_errors(_source(config, examples).sample, config.data.sample_size, config.train.seed)[0]
 
 
 def _source(config, texts):

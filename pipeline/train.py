@@ -39,7 +39,6 @@ from pipeline.config import Config, override
 from pipeline.dataset import (
     concatenate,
     hold_out,
-    learn_tokenizer,
     learn_vocabulary,
     load_split,
     read_split,
@@ -63,7 +62,7 @@ from pipeline.layout import (
 )
 from pipeline.metrics import classification_report, format_report, one_class_warning, scores_line, selection_score
 from pipeline.model import build_model
-from pipeline.pretrain import initialize_from, pretrain, vocabulary_sample, with_pretrain_epochs
+from pipeline.pretrain import initialize_from, pretrain, vocabulary_texts, with_pretrain_epochs
 from pipeline.readers import DataError
 from pipeline.strategy import (
     TPUUnavailableError,
@@ -74,7 +73,7 @@ from pipeline.strategy import (
     resolve_strategy,
     run_config,
 )
-from pipeline.tokenizer import LONGEST, Tokenizer
+from pipeline.tokenizer import Tokenizer
 from pipeline.trainer import Predictor, Trainer, TrainingError, build_optimizer
 
 # Fields `prepare_data` fills in from the data and the vocabulary.
@@ -583,9 +582,8 @@ def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None)
             f"{vocabulary_from}: no {VOCABULARY_FILE}; not a pipeline.train or pipeline.pretrain directory"
         )
     reuse = Tokenizer.load(vocabulary_from) if vocabulary_from else None
-    if reuse is None and config.train.pretrain_epochs and config.pretrain.unlabelled:  # a sweep's
-        reuse = learn_tokenizer(vocabulary_sample(config, train_examples), config.data, LONGEST)
-    names, tokenizer = learn_vocabulary(train_examples, config.data, config.model.max_length, reuse)
+    texts = vocabulary_texts(config, train_examples) if reuse is None else None  # unlabelled files: a sweep's
+    names, tokenizer = learn_vocabulary(train_examples, config.data, config.model.max_length, reuse, texts)
     run_dir.save_vocabulary(output, tokenizer, names)
     return names, tokenizer
 

@@ -22,8 +22,8 @@ from pipeline.layout import PRETRAIN_DIR, PRETRAINED_FROM
 from pipeline.metrics import BEST_METRICS
 from pipeline.model import build_model
 from pipeline.model_dir import check_or_save_config, has_vocabulary, save_vocabulary
-from pipeline.pretrain import finished_pretraining, initialize_from, vocabulary_sample
-from pipeline.tokenizer import LONGEST, Tokenizer
+from pipeline.pretrain import finished_pretraining, initialize_from, vocabulary_texts
+from pipeline.tokenizer import Tokenizer
 from pipeline.train import fit_and_evaluate, pretrain_on_training_texts
 from tuning.search_space import sample
 
@@ -67,12 +67,8 @@ class Vocabularies:
         if size not in self._by_size:
             if self._examples is None:
                 self._examples = [read_split(paths, data_config) for paths in self.paths]
-                self._texts = self._examples[0].texts
-                if self.config.train.pretrain_epochs and self.config.pretrain.unlabelled:
-                    self._texts = vocabulary_sample(self.config, self._examples[0])
-            tokenizer = learn_tokenizer(self._texts, data_config, self.max_length or LONGEST)
-            if not self.max_length:  # derived from the texts classified
-                tokenizer.settings["max_length"] = tokenizer.fitting_length(self._examples[0].texts)
+                self._texts = vocabulary_texts(self.config, self._examples[0])
+            tokenizer = learn_tokenizer(self._texts, data_config, self.max_length, length_texts=self._examples[0].texts)
             self._by_size[size] = (
                 tokenizer,
                 *(load_split(examples, data_config, tokenizer, self.names) for examples in self._examples),
