@@ -52,8 +52,9 @@ class TextSource:
         self.examples = texts if isinstance(texts, Examples) else None
         paths = ([] if self.examples is not None else expand_paths(texts)) + (expand_paths(files) if files else [])
         self.files = paths or None
-        for path in self.files or ():  # a stream might reach it only after hours
-            if tf.io.gfile.stat(path).length == 0:
+        self._bytes = {path: tf.io.gfile.stat(path).length for path in paths}  # read once: a bucket's are remote
+        for path in paths:  # a stream might reach it only after hours
+            if self._bytes[path] == 0:
                 raise DataError(f"{path}: the file holds no examples")
         self.data_config, self.join_lines = data_config, join_lines
         self.skipped = collections.Counter(self.examples.skipped if self.examples else ())
@@ -141,7 +142,7 @@ class TextSource:
                 self._batches, args=(path, *share), output_signature=signature
             ).prefetch(1)
 
-        texts = [tf.io.gfile.stat(path).length / share[0] / (self._bytes_per_text or 100) for path in files]
+        texts = [self._bytes[path] / share[0] / (self._bytes_per_text or 100) for path in files]
         batches = round(sum(max(1, count / READ_BATCH) for count in texts))
         dataset = tf.data.Dataset.from_tensor_slices(files)
         if seed is None:
