@@ -6,11 +6,14 @@ from keras import ops
 from layers.dropout import Dropout
 
 POOLINGS = ("flatten", "mean", "first")
+ACTIVATIONS = ("softmax", "sigmoid", "linear")
 
 
 @keras.saving.register_keras_serializable(package="albert_pipeline")
 class ClassificationHead(keras.layers.Layer):
-    """Averages all encoder layers, pools, and maps to class probabilities.
+    """Averages all encoder layers, pools, and maps to class probabilities
+    (or, with `activation="sigmoid"`, to each label's probability; with
+    `"linear"`, to scores).
 
     The source design averages the N layer outputs, flattens the resulting
     `(length, hidden)` matrix into one vector and applies a linear layer and a
@@ -47,6 +50,11 @@ class ClassificationHead(keras.layers.Layer):
             per-position kernel (above); False holds it as one matrix, as
             runs before this option did. Ignored by the other poolings.
         initializer_range: float, stddev of the truncated-normal initializer.
+        activation: `"softmax"` (class probabilities), `"sigmoid"` (each
+            label's probability, of a multi-label task) or `"linear"` (scores,
+            a regression's: the linear layer's output times `output_scale`
+            plus `output_offset`, so that it learns standardized targets).
+        output_offset, output_scale: floats, the linear output's affine map.
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -55,8 +63,8 @@ class ClassificationHead(keras.layers.Layer):
         training: bool, whether dropout is active.
 
     Returns:
-        float32 probabilities `(batch, num_classes)`, also under mixed
-        precision.
+        float32 probabilities (or scores) `(batch, num_classes)`, also under
+        mixed precision.
 
     Example:
 
@@ -73,11 +81,18 @@ class ClassificationHead(keras.layers.Layer):
         initializer_range=0.02,
         max_length=None,
         shared_kernel=True,
+        activation="softmax",
+        output_offset=0.0,
+        output_scale=1.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        self.activation = activation
+        self.output_offset, self.output_scale = float(output_offset), float(output_scale)
         self.num_classes = int(num_classes)
         self.pooling = pooling
         self.dropout_rate = float(dropout_rate)
@@ -140,7 +155,12 @@ class ClassificationHead(keras.layers.Layer):
             else:
                 x = x[:, 0, :]  # (batch, hidden)
             logits = self.logits(self.dropout(x, training=training))
-        return self.softmax(ops.cast(logits, "float32"))  # (batch, classes)
+        logits = ops.cast(logits, "float32")
+        if self.activation == "linear":
+            return logits * self.output_scale + self.output_offset  # (batch, outputs)
+        if self.activation == "sigmoid":
+            return ops.sigmoid(logits)  # (batch, labels)
+        return self.softmax(logits)  # (batch, classes)
 
     def flatten_kernel(self):
         """The `(length * hidden, classes)` kernel the flatten head applies."""
@@ -167,6 +187,9 @@ class ClassificationHead(keras.layers.Layer):
                 "initializer_range": self.initializer_range,
                 "max_length": self.max_length,
                 "shared_kernel": self.shared_kernel,
+                "activation": self.activation,
+                "output_offset": self.output_offset,
+                "output_scale": self.output_scale,
             }
         )
         return config

@@ -5,7 +5,7 @@
     report = train("runs/mine", "data/train.csv", "data/test.csv", config={"train": {"epochs": 5}})
     print(report["accuracy"], report["macro_f1"])
     classifier = load_classifier("runs/mine")
-    classifier(["a sentence to classify"])            # probabilities, (texts, classes)
+    classifier(["a sentence to classify"])            # probabilities, (texts, classes); a regression's scores
     classifier.classify(["a sentence to classify"])   # [{"text", "label", "probabilities"}]
 
 `train` is `python -m pipeline.train`: the same stages, defaults, files and
@@ -22,7 +22,9 @@ __all__ = ["Classifier", "load_classifier", "train"]
 
 def train(model_dir, train_files=None, eval_files=None, config=None, tpu=None, unlabelled_files=None):
     """Trains, scores and exports a classifier in `model_dir`; returns the
-    report written to its `metrics.json` (accuracy, macro_f1, loss, per class).
+    report written to its `metrics.json` (accuracy, macro_f1, loss, per
+    class; of a regression, `config` `{"data": {"task": "regression"}}`:
+    rmse, mae, pearson, spearman, loss).
 
     Args:
         model_dir: the run's directory (a local path or `gs://`); a run found

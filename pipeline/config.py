@@ -14,15 +14,22 @@ import json
 
 from pipeline.files import create, open_text
 from pipeline.labels import parse_class_weights
-from pipeline.metrics import BEST_METRICS
+from pipeline.metrics import BEST_METRICS, TASKS
 
 
 @dataclasses.dataclass
 class ModelConfig:
     # Token ids, from the learned vocabulary (set by the data pipeline).
     vocabulary_size: int = 0
-    # Output classes, from the label set of the training data.
+    # Output classes, from the label set of the training data (1 for a regression's score).
     num_classes: int = 0
+    # The head's output, from data.task: "softmax" (one class), "sigmoid" (each label on or off) or "linear"
+    # (a score).
+    head_activation: str = "softmax"
+    # A linear output's offset and scale, the training scores' mean and standard deviation (set by the data
+    # pipeline): the head starts at their mean and learns standardized scores, whatever their unit.
+    target_mean: float = 0.0
+    target_scale: float = 1.0
     # Tokens per example, [CLS] included, fixed so that TPU shapes are static; 0 derives it from the
     # training data (99th percentile of tokenized lengths, rounded up to 16, at most 512).
     max_length: int = 0
@@ -64,6 +71,12 @@ class ModelConfig:
 
 @dataclasses.dataclass
 class DataConfig:
+    # What the label column holds: "classification" (a class name or integer), "multi_label" (a list of labels,
+    # any number of them a text) or "regression" (a number, predicted as a score).
+    task: str = "classification"
+    # What separates a multi_label row's labels in a text column (CSV, TSV; JSON Lines may give a list, and
+    # TFRecord a feature of several values).
+    label_delimiter: str = ";"
     # Column (CSV, TSV) or field (JSONL, TFRecord) holding the text.
     text_column: str = "text"
     # Column or field holding the label (string or integer).
@@ -93,6 +106,10 @@ class DataConfig:
     sample_size: int = 100_000
 
     def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"data.task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        if not self.label_delimiter:
+            raise ValueError("data.label_delimiter must not be empty")
         if self.chinese_words not in ("auto", "on", "off"):
             raise ValueError(f"data.chinese_words must be auto, on or off, got {self.chinese_words!r}")
         if self.sample_size < 1:
@@ -187,8 +204,6 @@ class TrainConfig:
                 raise ValueError(f"train.{name} must be 0 or more, got {getattr(self, name)}")
         if self.min_steps < 1:
             raise ValueError(f"train.min_steps must be 1 or more, got {self.min_steps}")
-        if self.best_metric not in BEST_METRICS:
-            raise ValueError(f"train.best_metric must be one of {', '.join(BEST_METRICS)}, got {self.best_metric!r}")
         if self.class_weight not in ("none", "balanced"):
             parse_class_weights(self.class_weight)
         if not 0 <= self.validation_split < 1:
@@ -246,6 +261,20 @@ class Config:
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     pretrain: PretrainConfig = dataclasses.field(default_factory=PretrainConfig)
+
+    def __post_init__(self):
+        # Checks across sections, refused when the config is read, before any work.
+        metrics = BEST_METRICS[self.data.task]
+        if self.train.best_metric not in metrics:
+            raise ValueError(
+                f"train.best_metric must be one of {', '.join(metrics)} for data.task {self.data.task}, "
+                f"got {self.train.best_metric!r}"
+            )
+        if self.data.task != "classification" and self.train.class_weight != "none":
+            raise ValueError(
+                f"train.class_weight {self.train.class_weight!r} weighs one class per text; data.task "
+                f"{self.data.task} has none"
+            )
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -15,7 +15,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from pipeline.labels import encode_labels, label_names
+from pipeline.labels import output_names, strata, targets
 from pipeline.readers import Examples, read_examples
 from pipeline.tokenizer import CLS_ID, LONGEST, PAD_ID, UNK_ID, Tokenizer, mostly_chinese
 
@@ -30,7 +30,7 @@ LENGTH_WINDOW_BATCHES = 64
 @dataclasses.dataclass
 class Split:
     ids: np.ndarray  # (examples, max_length) int32
-    labels: np.ndarray  # (examples,) int32
+    labels: np.ndarray  # (examples,) int32 class ids or float32 scores; (examples, labels) float32 indicators
     sources: list  # "file:line" of each example
     skipped: dict  # reason -> rows skipped
 
@@ -58,14 +58,19 @@ def in_batches(texts, function):
 def read_split(paths, data_config):
     """The validated examples of `paths` (see `readers.read_examples`)."""
     return read_examples(
-        paths, data_config.text_column, data_config.label_column, data_config.file_format, data_config.skip_bad_rows
+        paths,
+        data_config.text_column,
+        data_config.label_column,
+        data_config.file_format,
+        data_config.skip_bad_rows,
+        data_config.label_delimiter if data_config.task == "multi_label" else None,
     )
 
 
 def load_split(paths, data_config, tokenizer, names):
     """Reads (unless given `Examples`), validates and tokenizes one split."""
     examples = read_split(paths, data_config)
-    labels = encode_labels(examples, names, data_config.skip_bad_rows)
+    labels = targets(examples, names, data_config)
     return Split(tokenize(tokenizer, examples.texts), labels, examples.sources, dict(examples.skipped))
 
 
@@ -83,7 +88,7 @@ def concatenate(splits):
     )
 
 
-def hold_out(examples, fraction, seed=HOLD_OUT_SEED):
+def hold_out(examples, fraction, seed=HOLD_OUT_SEED, data_config=None):
     """`(kept, held_out)`: `Examples` of `fraction` of each label's distinct
     texts, drawn at random with `seed`, and of the rest, each in file order.
 
@@ -91,18 +96,20 @@ def hold_out(examples, fraction, seed=HOLD_OUT_SEED):
     never rewards recalling a training text; a text given two labels stays
     in training. Every label keeps at least one text; the rows the reader
     skipped are counted with the kept ones. A draw that holds out nothing is
-    an error.
+    an error. Under `data_config`'s `data.task` regression, each score
+    decile stands for a label (`labels.strata`).
     """
+    stratum = _objects(strata(examples, data_config) if data_config else examples.labels)
     rows = collections.defaultdict(list)
     for index, text in enumerate(examples.texts):
         rows[text].append(index)
-    labels = np.asarray(examples.labels, dtype=object)
+    labels = _objects(examples.labels)
     single = [group for group in rows.values() if len(set(labels[group])) == 1]
     first = np.array([group[0] for group in single], dtype=np.int64)
     rng = np.random.default_rng(seed)
     chosen = np.zeros(len(labels), bool)
-    for label in sorted(set(examples.labels)):
-        groups = np.flatnonzero(labels[first] == label)
+    for value in sorted(set(stratum)):
+        groups = np.flatnonzero(stratum[first] == value)
         count = min(round(fraction * len(groups)), len(groups) - 1)
         for group in rng.permutation(groups)[:count]:
             chosen[single[group]] = True
@@ -125,8 +132,16 @@ def hold_out(examples, fraction, seed=HOLD_OUT_SEED):
     return part(~chosen, collections.Counter(examples.skipped)), part(chosen, collections.Counter())
 
 
+def _objects(values):
+    # A 1-D object array, even of equal-length tuples (a multi-label task's labels).
+    array = np.empty(len(values), dtype=object)
+    for index, value in enumerate(values):
+        array[index] = value
+    return array
+
+
 def learn_vocabulary(paths, data_config, max_length, reuse=None, texts=None):
-    """Learns the label set and tokenizer from the training files (or `Examples`).
+    """Learns the label set (`labels.output_names`) and tokenizer from the training files (or `Examples`).
 
     With `reuse` (a `Tokenizer`, e.g. of a pre-trained run) its vocabulary
     and settings are kept and only `max_length` is set (0: derived from the
@@ -134,13 +149,14 @@ def learn_vocabulary(paths, data_config, max_length, reuse=None, texts=None):
     instead of the training texts (`max_length` still fits the training texts).
     """
     examples = read_split(paths, data_config)
+    names = output_names(examples.labels, data_config)
     if reuse is not None:
         tokenizer = Tokenizer(reuse.vocabulary, **{**reuse.settings, "max_length": max_length or LONGEST})
         if not max_length:
             tokenizer.settings["max_length"] = tokenizer.fitting_length(examples.texts)
-        return label_names(examples.labels), tokenizer
+        return names, tokenizer
     texts = examples.texts if texts is None else texts
-    return label_names(examples.labels), learn_tokenizer(texts, data_config, max_length, length_texts=examples.texts)
+    return names, learn_tokenizer(texts, data_config, max_length, length_texts=examples.texts)
 
 
 def learn_tokenizer(texts, data_config, max_length, length_texts=None):
@@ -266,7 +282,7 @@ def eval_dataset(split, global_batch_size, input_context=None):
     """
     padding = -len(split) % global_batch_size
     ids = np.concatenate([split.ids, np.zeros((padding, split.ids.shape[1]), "int32")])
-    labels = np.concatenate([split.labels, np.zeros(padding, "int32")])
+    labels = np.concatenate([split.labels, np.zeros((padding, *split.labels.shape[1:]), split.labels.dtype)])
     weights = np.concatenate([np.ones(len(split), "float32"), np.zeros(padding, "float32")])
     dataset = tf.data.Dataset.from_tensor_slices((ids, labels, weights))
     batch_size, _, dataset = per_pipeline(dataset, global_batch_size, input_context)

@@ -1,4 +1,4 @@
-"""SavedModel export for serving: raw strings in, class probabilities out.
+"""SavedModel export for serving: raw strings in, class probabilities (or a regression's scores) out.
 
     python -m pipeline.export --model-dir DIR [DIR ...] [--export-dir DIR]
 
@@ -18,6 +18,7 @@ import sys
 
 import tensorflow as tf
 
+from pipeline.labels import load_thresholds
 from pipeline.layout import EXPORT_DIR
 from pipeline.model import model_internals
 from pipeline.model_dir import member_dirs, restore_model
@@ -29,12 +30,15 @@ class ServingModule(tf.Module):
     """Tokenizer, model(s) and label names, with the two serving signatures.
 
     `models` is one model or a list of them, an ensemble sharing the
-    tokenizer: `serve` returns the mean of their probabilities, `attention`
-    their maps one member after the other along the layer axis (member `m`'s
-    layer `i` at `m * num_layers + i`).
+    tokenizer: `serve` returns the mean of their probabilities (with the
+    most probable class; of a multi-label task, with `over_threshold`, each
+    label's probability reaching its one of `thresholds`), or of a
+    regression's scores (`score`, `(batch,)`);
+    `attention` their maps one member after the other along the layer axis
+    (member `m`'s layer `i` at `m * num_layers + i`).
     """
 
-    def __init__(self, models, tokenizer, label_names):
+    def __init__(self, models, tokenizer, label_names, thresholds=None):
         super().__init__(name="serving")
         self.models = list(models) if isinstance(models, (list, tuple)) else [models]
         heads = {model.get_layer("encoder").num_heads for model in self.models}
@@ -44,12 +48,23 @@ class ServingModule(tf.Module):
                 "signature stacks their maps, which needs one head count"
             )
         self.tokenizer = tokenizer
+        activation = self.models[0].get_layer("head").activation
+        self.regression = activation == "linear"
+        self.thresholds = None
+        if activation == "sigmoid":
+            if thresholds is None or len(thresholds) != len(label_names):
+                raise ValueError(f"a multi-label model exports with a threshold per label, got {thresholds}")
+            self.thresholds = tf.Variable(thresholds, dtype=tf.float32, trainable=False, name="thresholds")
         # A variable, so the SavedModel keeps it as `loaded.label_names`.
         self.label_names = tf.Variable(list(label_names), trainable=False, name="label_names")
 
     def serve(self, text):
         ids = self.tokenizer(text)
         probabilities = _mean([tf.cast(model(ids, training=False), tf.float32) for model in self.models])
+        if self.regression:
+            return {"score": probabilities[:, 0]}
+        if self.thresholds is not None:
+            return {"probabilities": probabilities, "over_threshold": probabilities >= self.thresholds}
         label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         return {"probabilities": probabilities, "label_id": label_id, "label": tf.gather(self.label_names, label_id)}
 
@@ -57,11 +72,12 @@ class ServingModule(tf.Module):
         ids = self.tokenizer(text)
         internals = [model_internals(model, ids) for model in self.models]
         attention = tf.concat([tf.cast(i["attention"], tf.float32) for i in internals], axis=1)
+        outputs = _mean([tf.cast(i["probabilities"], tf.float32) for i in internals])
         return {
             "attention": attention,  # (batch, members x layers, heads, L, L)
             "tokens": self.tokenizer.tokens(ids),
             "token_ids": ids,
-            "probabilities": _mean([tf.cast(i["probabilities"], tf.float32) for i in internals]),
+            **({"score": outputs[:, 0]} if self.regression else {"probabilities": outputs}),
         }
 
 
@@ -78,16 +94,17 @@ def next_version(export_root):
     return max(versions, default=0) + 1
 
 
-def export_saved_model(model, tokenizer, label_names, export_root, version=None):
+def export_saved_model(model, tokenizer, label_names, export_root, version=None, thresholds=None):
     """Writes `export_root/<version>/` and returns its path.
 
-    `model`: a model, or a list of models served as their ensemble.
+    `model`: a model, or a list of models served as their ensemble;
+    `thresholds`: a multi-label model's, one per label.
     """
     version = next_version(export_root) if version is None else int(version)
     path = os.path.join(export_root, str(version))
     if tf.io.gfile.exists(path):
         raise ValueError(f"{path} exists already; choose another version")
-    module = ServingModule(model, tokenizer, label_names)
+    module = ServingModule(model, tokenizer, label_names, thresholds)
     # Traced once, as signatures only: the methods made `tf.function`s of the
     # module would each be traced again for the file (the tests' tiny model:
     # 3.15 -> 2.15 s an export, means of 8 alternated; the SavedModel's
@@ -138,13 +155,21 @@ def restore_ensemble(model_dirs):
     return models, tokenizer, names
 
 
+def run_thresholds(model_dir, model, names):
+    """The thresholds a multi-label `model` of the run in `model_dir`
+    exports with (`thresholds.json`), in `names` order; None for a model of
+    another task."""
+    return load_thresholds(model_dir, names) if model.get_layer("head").activation == "sigmoid" else None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Re-export a trained model as a serving SavedModel.")
     parser.add_argument(
         "--model-dir",
         required=True,
         nargs="+",
-        help="directory of a pipeline.train run; several export their ensemble (the mean of their probabilities)",
+        help="directory of a pipeline.train run; several export their ensemble (the mean of their probabilities; "
+        "of multi-label runs, with the first one's thresholds)",
     )
     parser.add_argument("--export-dir", help="export root (default MODEL_DIR/export; required for an ensemble)")
     parser.add_argument("--version", type=int, help="version number (default: next free one)")
@@ -153,10 +178,11 @@ def main(argv=None):
         parser.error("an ensemble of several --model-dir needs --export-dir")
     try:  # a run with train.members brings its members
         models, tokenizer, names = restore_ensemble([d for given in args.model_dir for d in member_dirs(given)])
+        thresholds = run_thresholds(args.model_dir[0], models[0], names)
     except ValueError as error:
         sys.exit(f"error: {error}")
     root = args.export_dir or os.path.join(args.model_dir[0], EXPORT_DIR)
-    print(export_saved_model(models, tokenizer, names, root, args.version))
+    print(export_saved_model(models, tokenizer, names, root, args.version, thresholds))
 
 
 if __name__ == "__main__":

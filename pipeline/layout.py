@@ -6,6 +6,8 @@ A training run's directory (`pipeline.train`):
     vocab.txt             vocabulary, one token per line
     tokenizer.json        tokenizer settings
     labels.json           class names, indexed by class id
+    thresholds.json       of a multi_label run: each label's probability threshold, chosen
+                          on its validation examples, which the export answers with
     checkpoints/          resumable state (model, optimizer, step)
     best.weights.h5       weights with the best validation score (the last epoch's
                           without train.keep_best_epoch)
@@ -33,6 +35,7 @@ CONFIG_FILE = "config.json"
 VOCABULARY_FILE = "vocab.txt"
 TOKENIZER_FILE = "tokenizer.json"
 LABELS_FILE = "labels.json"
+THRESHOLDS_FILE = "thresholds.json"
 CHECKPOINT_DIR = "checkpoints"
 BEST_WEIGHTS = "best.weights.h5"
 BEST_EPOCH = "best_epoch.json"

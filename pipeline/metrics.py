@@ -1,10 +1,19 @@
-"""Classification metrics of an evaluation, as written to `metrics.json`."""
+"""The scores of an evaluation, as written to `metrics.json`: of classes
+(`classification_report`), of labels (`multi_label_report`) or of a score
+(`regression_report`)."""
 
 import numpy as np
 
-# The validation scores `train.best_metric` may keep an epoch on (and a
-# sweep rank its trials by), each with the direction that is better.
-BEST_METRICS = {"loss": "min", "accuracy": "max", "macro_f1": "max"}
+# What `data.task` may name.
+TASKS = ("classification", "multi_label", "regression")
+# The validation scores of each task that `train.best_metric` may keep an
+# epoch on (and a sweep rank its trials by), each with the direction that is
+# better; "loss" is the training loss.
+BEST_METRICS = {
+    "classification": {"loss": "min", "accuracy": "max", "macro_f1": "max"},
+    "multi_label": {"loss": "min", "micro_f1": "max", "macro_f1": "max"},
+    "regression": {"loss": "min", "rmse": "min", "pearson": "max", "spearman": "max"},
+}
 # A model that predicts one class for at least this share of the examples,
 # where that class's true share is at most ONE_CLASS_TRUE_SHARE, has learned
 # little beyond always answering it (`one_class_warning`).
@@ -46,9 +55,131 @@ def classification_report(labels, probabilities, label_names):
     }
 
 
+def regression_report(targets, scores, scale=1.0):
+    """RMSE, mean absolute error, Pearson's and Spearman's correlations and
+    the loss (the mean squared error of scores standardized by `scale`, the
+    training loss) of predicted `scores` against the true `targets`."""
+    targets = np.asarray(targets, "float64")
+    scores = np.asarray(scores, "float64").reshape(len(targets))
+    errors = scores - targets
+    return {
+        "examples": int(len(targets)),
+        "rmse": float(np.sqrt(np.mean(errors**2))) if len(targets) else 0.0,
+        "mae": float(np.mean(np.abs(errors))) if len(targets) else 0.0,
+        "pearson": pearson(targets, scores),
+        "spearman": pearson(ranks(targets), ranks(scores)),
+        "loss": float(np.mean((errors / scale) ** 2)) if len(targets) else 0.0,
+    }
+
+
+def multi_label_report(indicators, probabilities, label_names, thresholds=None):
+    """Micro- and macro-F1, exact-match accuracy, loss and per-label
+    precision/recall/F1 of a multi-label task's probabilities, each label
+    predicted where its probability reaches its threshold.
+
+    Args:
+        indicators: `(examples, labels)` 0/1 array of the true labels.
+        probabilities: float array of the same shape.
+        label_names: label names, indexed by column.
+        thresholds: each label's threshold, in `label_names` order; None
+            chooses them here, each the F1-best on these examples
+            (`best_thresholds`).
+    """
+    truth = np.asarray(indicators, "float64") > 0.5
+    probabilities = np.asarray(probabilities, "float64").reshape(truth.shape)
+    if thresholds is None:
+        thresholds = best_thresholds(truth, probabilities)
+    predicted = probabilities >= np.asarray(thresholds)
+    true_positives = (truth & predicted).sum(axis=0).astype("float64")
+    precision = _divide(true_positives, predicted.sum(axis=0).astype("float64"))
+    recall = _divide(true_positives, truth.sum(axis=0).astype("float64"))
+    f1 = _divide(2 * precision * recall, precision + recall)
+    micro_precision = true_positives.sum() / max(predicted.sum(), 1)
+    micro_recall = true_positives.sum() / max(truth.sum(), 1)
+    clipped = np.clip(probabilities, 1e-7, 1 - 1e-7)  # as Keras's binary cross-entropy clips them
+    loss = -(truth * np.log(clipped) + ~truth * np.log(1 - clipped)).mean(axis=-1)
+    return {
+        "examples": int(len(truth)),
+        "micro_f1": float(_divide(2 * micro_precision * micro_recall, micro_precision + micro_recall)),
+        "macro_f1": float(f1.mean()) if len(label_names) else 0.0,
+        "exact_match": float((predicted == truth).all(axis=1).mean()) if len(truth) else 0.0,
+        "loss": float(loss.mean()) if len(truth) else 0.0,
+        "thresholds": {name: float(threshold) for name, threshold in zip(label_names, thresholds)},
+        "per_label": {
+            name: {
+                "precision": float(precision[i]),
+                "recall": float(recall[i]),
+                "f1": float(f1[i]),
+                "support": int(truth[:, i].sum()),
+            }
+            for i, name in enumerate(label_names)
+        },
+    }
+
+
+def best_thresholds(truth, probabilities):
+    """Each label's probability threshold of the best F1 on these examples:
+    midway between the lowest probability predicted and the next, or 0.5
+    for a label these examples never have."""
+    thresholds = []
+    for column in range(truth.shape[1]):
+        positives = truth[:, column]
+        if not positives.any():
+            thresholds.append(0.5)
+            continue
+        scores = probabilities[:, column]
+        order = np.argsort(-scores, kind="stable")
+        ranked, hits = scores[order], np.cumsum(positives[order])
+        cuts = np.flatnonzero(np.append(ranked[1:] < ranked[:-1], True))  # the last of each run of ties
+        f1 = 2 * hits[cuts] / (cuts + 1 + positives.sum())
+        best = cuts[int(np.argmax(f1))]
+        below = ranked[best + 1] if best + 1 < len(ranked) else 0.0
+        thresholds.append(float((ranked[best] + below) / 2))
+    return thresholds
+
+
+def report_of(config, labels, outputs, label_names, thresholds=None):
+    """The report of a run's `config` (its `data.task`): the
+    `classification_report` of class ids and probabilities, the
+    `multi_label_report` of label indicators and probabilities (with
+    `thresholds`, or choosing them), or the `regression_report` of targets
+    and scores."""
+    if config.data.task == "regression":
+        return regression_report(labels, outputs, config.model.target_scale)
+    if config.data.task == "multi_label":
+        return multi_label_report(labels, outputs, label_names, thresholds)
+    return classification_report(labels, outputs, label_names)
+
+
+def pearson(x, y):
+    """Pearson's correlation of two arrays; 0 where either is constant."""
+    x, y = np.asarray(x, "float64"), np.asarray(y, "float64")
+    if len(x) < 2:
+        return 0.0
+    x, y = x - x.mean(), y - y.mean()
+    norm = np.sqrt((x**2).sum() * (y**2).sum())
+    return float((x * y).sum() / norm) if norm > 0 else 0.0
+
+
+def ranks(values):
+    """Ranks from 1 of `values`, ties given their mean rank (as Spearman's
+    correlation takes them)."""
+    values = np.asarray(values)
+    order = np.argsort(values, kind="stable")
+    ranked = np.empty(len(values), "float64")
+    ranked[order] = np.arange(1, len(values) + 1)
+    _, first, counts = np.unique(values[order], return_index=True, return_counts=True)
+    for start, count in zip(first, counts):
+        if count > 1:
+            ranked[order[start : start + count]] = start + (count + 1) / 2
+    return ranked
+
+
 def one_class_warning(report):
     """A one-line warning where a `classification_report`'s model predicts
-    (nearly) one class for every example, else None."""
+    (nearly) one class for every example, else None (a regression's too)."""
+    if "confusion_matrix" not in report:
+        return None
     confusion = np.asarray(report["confusion_matrix"]["rows_true_columns_predicted"])
     total = int(confusion.sum())
     if not total:
@@ -76,18 +207,49 @@ def log_loss(labels, probabilities):
 
 
 def selection_score(report, metric):
-    """`report`'s `metric` (one of `BEST_METRICS`) as a score that is higher
-    the better: the loss negated."""
-    return report[metric] if BEST_METRICS[metric] == "max" else -report[metric]
+    """`report`'s `metric` (one of its task's `BEST_METRICS`) as a score that
+    is higher the better: a loss or an error negated."""
+    directions = {name: direction for metrics in BEST_METRICS.values() for name, direction in metrics.items()}
+    return report[metric] if directions[metric] == "max" else -report[metric]
+
+
+def score_keys(report):
+    """The headline scores of a report, by its task: those `scores_line` shows."""
+    if "rmse" in report:
+        return ("rmse", "pearson", "spearman", "loss")
+    if "micro_f1" in report:
+        return ("micro_f1", "macro_f1", "loss")
+    return ("accuracy", "macro_f1", "loss")
 
 
 def scores_line(report):
-    """`report`'s accuracy, macro-F1 and loss on one line."""
+    """`report`'s headline scores on one line."""
+    if "rmse" in report:
+        return (
+            f"RMSE {report['rmse']:.4f}, Pearson {report['pearson']:.4f}, Spearman {report['spearman']:.4f}, "
+            f"loss {report['loss']:.4f}"
+        )
+    if "micro_f1" in report:
+        return f"micro-F1 {report['micro_f1']:.4f}, macro-F1 {report['macro_f1']:.4f}, loss {report['loss']:.4f}"
     return f"accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f}, loss {report['loss']:.4f}"
 
 
 def format_report(report):
-    """A plain-text table of a `classification_report`."""
+    """A plain-text table of a `classification_report` (a
+    `multi_label_report`'s, with each label's threshold); a regression's
+    scores on one line."""
+    if "rmse" in report:
+        return f"{scores_line(report)}, MAE {report['mae']:.4f}, examples {report['examples']}"
+    if "micro_f1" in report:
+        width = max([len("label")] + [len(name) for name in report["per_label"]])
+        lines = [f"{'label':<{width}}  precision  recall     f1  support  threshold"]
+        for name, stats in report["per_label"].items():
+            lines.append(
+                f"{name:<{width}}  {stats['precision']:9.4f}  {stats['recall']:6.4f}"
+                f"  {stats['f1']:5.4f}  {stats['support']:7d}  {report['thresholds'][name]:9.4f}"
+            )
+        lines.append(f"{scores_line(report)}, exact match {report['exact_match']:.4f}, examples {report['examples']}")
+        return "\n".join(lines)
     width = max([len("class")] + [len(name) for name in report["per_class"]])
     lines = [f"{'class':<{width}}  precision  recall     f1  support"]
     for name, stats in report["per_class"].items():

@@ -19,7 +19,8 @@ from layers import (
 
 
 def build_model(config):
-    """Builds the classifier from int32 ids `(batch, length <= max_length)` to probabilities.
+    """Builds the classifier from int32 ids `(batch, length <= max_length)` to
+    probabilities (or, with `config.head_activation` "linear", a regression's scores).
 
     Args:
         config: a `pipeline.config.ModelConfig` with `vocabulary_size` and
@@ -27,7 +28,7 @@ def build_model(config):
 
     Returns:
         A functional `keras.Model` named `albert_classifier` whose output is
-        float32 `(batch, num_classes)` probabilities.
+        float32 `(batch, num_classes)`: probabilities, or scores.
     """
     _check_sizes(config, ("vocabulary_size", "num_classes", "max_length"))
     # Any length up to max_length: training batches are cut to their longest
@@ -41,6 +42,9 @@ def build_model(config):
         shared_kernel=config.head_shared_kernel,
         dropout_rate=config.dropout_rate,
         initializer_range=config.initializer_range,
+        activation=config.head_activation,
+        output_offset=config.target_mean,
+        output_scale=config.target_scale,
         name="head",
     )(layer_outputs, mask=padding_mask)
     return keras.Model(token_ids, probabilities, name="albert_classifier")

@@ -4,7 +4,9 @@
 
 Reads one text per line from the files (or standard input) and writes one
 result per line: a JSON object with `text`, `label` and `probabilities` by
-class name, or tab-separated `label`, probabilities and text.
+class name, or tab-separated `label`, probabilities and text; of a
+multi-label model, `labels` (a list; in TSV joined by ";") in place of
+`label`; of a regression, `text` and `score`, or tab-separated score and text.
 """
 
 import argparse
@@ -24,21 +26,41 @@ from pipeline.layout import CONFIG_FILE, EXPORT_DIR
 
 class Classifier:
     """An exported SavedModel, tokenizer included: called with strings, it
-    returns their class probabilities, columns in `label_names` order."""
+    returns their class probabilities, columns in `label_names` order (a
+    regression's: their scores, `(texts,)`)."""
 
     def __init__(self, path):
         self.path = latest_export(path)
         self._model = tf.saved_model.load(self.path)
         self._serve = self._model.signatures["serving_default"]
         self.label_names = [name.decode() for name in self._model.label_names.numpy()]
+        self.regression = "score" in self._serve.structured_outputs
+        self.multi_label = "over_threshold" in self._serve.structured_outputs
 
     def __call__(self, texts):
-        return self._serve(text=tf.constant(list(texts), tf.string))["probabilities"].numpy()
+        outputs = self._serve(text=tf.constant(list(texts), tf.string))
+        return outputs["score" if self.regression else "probabilities"].numpy()
 
     def classify(self, texts):
         """One dict per text: `text`, `label` (the most probable class) and
-        `probabilities` by class name."""
+        `probabilities` by class name; of a multi-label model, `labels` (those
+        over their thresholds) in place of `label`; of a regression, `text`
+        and `score`."""
         texts = list(texts)
+        if self.regression:
+            scores = self(texts) if texts else []
+            return [{"text": text, "score": round(float(score), 6)} for text, score in zip(texts, scores)]
+        if self.multi_label:
+            outputs = self._serve(text=tf.constant(texts, tf.string)) if texts else None
+            rows = zip(outputs["probabilities"].numpy(), outputs["over_threshold"].numpy()) if texts else []
+            return [
+                {
+                    "text": text,
+                    "labels": [name for name, over in zip(self.label_names, mask) if over],
+                    "probabilities": {name: round(float(p), 6) for name, p in zip(self.label_names, row)},
+                }
+                for text, (row, mask) in zip(texts, rows)
+            ]
         probabilities = self(texts) if texts else np.zeros([0, len(self.label_names)], np.float32)
         return [
             {
@@ -84,16 +106,21 @@ def main(argv=None):
         sys.exit(f"error: {error}")
     names = classifier.label_names
     if args.format == "tsv":
-        print("\t".join(["label"] + names + ["text"]))
+        first = "labels" if classifier.multi_label else "label"
+        print("\t".join((["score"] if classifier.regression else [first] + names) + ["text"]))
     lines = _lines(args.files)
     while batch := list(itertools.islice(lines, args.batch_size)):
         for result in classifier.classify(batch):
             if args.format == "jsonl":
                 print(json.dumps(result, ensure_ascii=False))
             else:
-                probabilities = [f"{result['probabilities'][n]:.6f}" for n in names]
                 text = result["text"].replace("\t", " ")
-                print("\t".join([result["label"]] + probabilities + [text]))
+                if classifier.regression:
+                    print(f"{result['score']:.6f}\t{text}")
+                    continue
+                probabilities = [f"{result['probabilities'][n]:.6f}" for n in names]
+                label = ";".join(result["labels"]) if classifier.multi_label else result["label"]
+                print("\t".join([label] + probabilities + [text]))
 
 
 if __name__ == "__main__":

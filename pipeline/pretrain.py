@@ -70,8 +70,8 @@ SHAPE_FIELDS = (
 # checks it), so one finished pre-training serves them all
 # (`finished_pretraining`).
 UNREAD_FIELDS = {
-    "model": ("num_classes", "pooling", "head_shared_kernel"),
-    "data": ("label_column",),
+    "model": ("num_classes", "pooling", "head_shared_kernel", "head_activation", "target_mean", "target_scale"),
+    "data": ("label_column", "label_delimiter"),
     "optimizer": ("learning_rate", "weight_averaging"),
     "train": (
         "batch_size",

@@ -38,7 +38,7 @@ class DataError(ValueError):
 @dataclasses.dataclass
 class Examples:
     texts: list
-    labels: list  # strings: integer labels are read as their decimal text
+    labels: list  # strings (numbers as their decimal text); with a label delimiter, tuples of them
     sources: list  # "file:line" of each example
     skipped: collections.Counter  # reason -> rows skipped
 
@@ -73,11 +73,15 @@ def file_format(path, requested="auto"):
     return FORMATS[extension]
 
 
-def read_examples(paths, text_column="text", label_column="label", requested_format="auto", skip_bad_rows=False):
+def read_examples(
+    paths, text_column="text", label_column="label", requested_format="auto", skip_bad_rows=False, label_delimiter=None
+):
     """Reads every example of `paths` into memory, validated.
 
     With `label_column=None` labels are not read (pre-training text); plain
     text files (`.txt`, one document per non-empty line) are read only so.
+    With a `label_delimiter`, each label is a list (`labels_of`): a string of
+    labels joined by it, a JSON list or a TFRecord feature of several values.
     `Examples` (read already, e.g. the training examples `pipeline.train`
     keeps after holding out its validation slice) are returned as they are.
 
@@ -93,14 +97,19 @@ def read_examples(paths, text_column="text", label_column="label", requested_for
     examples = Examples([], [], [], collections.Counter())
     for path in expand_paths(paths):
         skipped = examples.skipped if skip_bad_rows else None
-        for text, label, source in file_examples(path, text_column, label_column, requested_format, skipped):
+        rows = file_examples(
+            path, text_column, label_column, requested_format, skipped, label_delimiter=label_delimiter
+        )
+        for text, label, source in rows:
             examples.texts.append(text)
             examples.labels.append(label)
             examples.sources.append(source)
     return examples
 
 
-def file_examples(path, text_column, label_column, requested_format="auto", skipped=None, blank_lines=False):
+def file_examples(
+    path, text_column, label_column, requested_format="auto", skipped=None, blank_lines=False, label_delimiter=None
+):
     """Yields `(text, label, source)` of every valid row of one file, streamed.
 
     With `skipped` (a `Counter`), bad rows are counted there by reason and
@@ -121,25 +130,46 @@ def file_examples(path, text_column, label_column, requested_format="auto", skip
         seen = True
         if isinstance(label, str):
             label = label.strip()
+        lists = label_delimiter is not None and label_column is not None
         if problem is None:
-            problem = _check(text, label, text_column, label_column)
+            problem = _check(text, label, text_column, label_column, label_delimiter if lists else None)
+        if problem is None and lists:
+            label, problem = labels_of(label, label_delimiter, label_column)
         if problem is not None:
             if skipped is None:
                 raise DataError(f"{source}: {problem}")
             skipped[problem.split(":")[0]] += 1
             continue
-        yield text, "" if label_column is None else str(label), source
+        yield text, "" if label_column is None else label if lists else str(label), source
     if not seen:
         raise DataError(f"{path}: the file holds no examples")
 
 
-def _check(text, label, text_column, label_column):
+def labels_of(label, delimiter, label_column="label"):
+    """`(labels, problem)`: the distinct labels, sorted, of a label list (a
+    string of labels joined by `delimiter`, or a list of strings and
+    integers), or None and why it is not one."""
+    values = label.split(delimiter) if isinstance(label, str) else label
+    labels = [value.strip() if isinstance(value, str) else value for value in values]
+    if not labels or any(
+        isinstance(value, bool) or not isinstance(value, (str, int)) or value == "" for value in labels
+    ):
+        what = "empty" if not labels else "malformed"
+        return None, f"{what} label list: {label_column}={label!r}"
+    return tuple(sorted({str(value) for value in labels})), None
+
+
+def _check(text, label, text_column, label_column, label_delimiter=None):
+    # With a `label_delimiter`, a label may be a list too (`labels_of` checks its values).
     if not isinstance(text, str) or not text.strip():
         return f"missing or empty text: {text_column}={text!r}"
+    kinds = (str, int, float, list) if label_delimiter is not None else (str, int, float)
     if label_column is not None and (
-        isinstance(label, bool) or not isinstance(label, (str, int)) or str(label).strip() == ""
+        isinstance(label, bool) or not isinstance(label, kinds) or str(label).strip() == ""
     ):
         return f"missing or invalid label: {label_column}={label!r}"
+    if isinstance(label, list):
+        label = label_delimiter.join(str(value) for value in label)
     fields = ((text_column, text),) if label_column is None else ((text_column, text), (label_column, str(label)))
     for name, value in fields:
         # surrogateescape turns undecodable bytes into lone surrogates.
@@ -232,11 +262,18 @@ def _damaged(path, error):
 
 
 def _feature_value(features, name):
+    # One value as itself; several (a multi-label example's labels) as a list.
     if name not in features:
         return None
     feature = features[name]
+    for kind in ("int64_list", "bytes_list"):
+        values = getattr(feature, kind).value if feature.HasField(kind) else []
+        if len(values) > 1:
+            return [int(v) if kind == "int64_list" else v.decode("utf-8", "surrogateescape") for v in values]
     if feature.HasField("int64_list") and len(feature.int64_list.value) == 1:
         return int(feature.int64_list.value[0])
+    if feature.HasField("float_list") and len(feature.float_list.value) == 1:
+        return float(feature.float_list.value[0])
     if feature.HasField("bytes_list") and len(feature.bytes_list.value) == 1:
         return feature.bytes_list.value[0].decode("utf-8", "surrogateescape")
     return None

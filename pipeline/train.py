@@ -49,7 +49,7 @@ from pipeline.dataset import (
 from pipeline.demo_corpus import write_demo_corpus
 from pipeline.export import export_saved_model
 from pipeline.files import atomic_write
-from pipeline.labels import class_weights, load_label_names
+from pipeline.labels import class_weights, load_label_names, save_thresholds
 from pipeline.layout import (
     BEST_WEIGHTS,
     EXPORT_DIR,
@@ -60,7 +60,7 @@ from pipeline.layout import (
     REFIT_DIR,
     VOCABULARY_FILE,
 )
-from pipeline.metrics import classification_report, format_report, one_class_warning, scores_line, selection_score
+from pipeline.metrics import format_report, one_class_warning, report_of, score_keys, scores_line, selection_score
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, vocabulary_texts, with_pretrain_epochs
 from pipeline.readers import DataError
@@ -78,7 +78,7 @@ from pipeline.trainer import Predictor, Trainer, TrainingError, build_optimizer
 
 # Fields `prepare_data` fills in from the data and the vocabulary.
 DERIVED_FIELDS = {
-    "model": ("vocabulary_size", "num_classes", "max_length"),
+    "model": ("vocabulary_size", "num_classes", "max_length", "head_activation", "target_mean", "target_scale"),
     "data": ("chinese_words",),
     "train": ("epochs",),
 }
@@ -186,10 +186,17 @@ def train_and_evaluate(
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     report["evaluation_texts_in_training"] = len(data.repeated)
     _write_report(report, output)
+    thresholds = report.get("thresholds")  # a multi-label run's, of its validation examples
+    if thresholds:  # those the export answers with: of the ensemble, with members
+        save_thresholds(thresholds, output)
     _print_report(report, data, members=len(classifiers))
     if export:
         path = export_saved_model(
-            [c.exported for c in classifiers], data.tokenizer, data.names, os.path.join(output, EXPORT_DIR)
+            [c.exported for c in classifiers],
+            data.tokenizer,
+            data.names,
+            os.path.join(output, EXPORT_DIR),
+            thresholds=thresholds and [thresholds[name] for name in data.names],
         )
         if output == model_dir:  # not a worker folder, removed at the end
             print("Exported", path)
@@ -204,7 +211,7 @@ def read_training_files(config, train_paths):
     if not config.train.holds_out:
         return train_paths, None, None
     whole = read_split(train_paths, config.data)
-    return (*hold_out(whole, config.train.validation_split), whole)
+    return (*hold_out(whole, config.train.validation_split, data_config=config.data), whole)
 
 
 def train_classifier(data, model_dir, tpu, strategy, init_from=None):
@@ -262,9 +269,7 @@ def ensemble(classifiers, data, model_dir, strategy):
         _member_scores(directory, data.config.train.seed + index, classifier.report)
         for index, (directory, classifier) in enumerate(zip(directories, classifiers))
     ]
-    report = ensemble_report(
-        [c.kept for c in classifiers], data.validation, data.names, strategy, data.config.train.batch_size
-    )
+    report = ensemble_report([c.kept for c in classifiers], data.validation, data.names, strategy, data.config)
     report.update(skipped_rows=first["skipped_rows"], train_loss_by_epoch=first["train_loss_by_epoch"], members=scores)
     if "refit" in first:
         report["refit"] = first["refit"]
@@ -283,8 +288,8 @@ def scored_on(report, models, data, strategy):
     """`report`, of the kept models on the held-out validation examples, with
     the scores of `models` (the exported ones) on the evaluation files in
     place of its own, which move under `validation`."""
-    scores = ensemble_report(models, data.evaluation, data.names, strategy, data.config.train.batch_size)
-    validation = {key: report[key] for key in ("accuracy", "macro_f1", "loss", "examples")}
+    scores = ensemble_report(models, data.evaluation, data.names, strategy, data.config, report.get("thresholds"))
+    validation = {key: report[key] for key in (*score_keys(report), "examples")}
     rest = {key: value for key, value in report.items() if key not in scores and key != "validation"}
     return {
         **scores,
@@ -294,14 +299,18 @@ def scored_on(report, models, data, strategy):
     }
 
 
-def ensemble_report(models, split, names, strategy, batch_size):
-    """The classification report of the mean of `models`' probabilities on `split`."""
-    predictions = [Predictor(model, strategy, batch_size)(split) for model in models]
+def ensemble_report(models, split, names, strategy, config, thresholds=None):
+    """The report (`metrics.report_of`) of the mean of `models`' outputs
+    (probabilities or scores) on `split`, under the run's `config`; a
+    multi-label task's with `thresholds` (`{label: threshold}`), or
+    choosing them on `split`."""
+    predictions = [Predictor(model, strategy, config.train.batch_size)(split) for model in models]
     labels = predictions[0][1]
     if any(not np.array_equal(other, labels) for _, other in predictions):
         raise RuntimeError("the members' evaluation batches came in different orders")  # never expected
     probabilities = np.mean([member_probabilities for member_probabilities, _ in predictions], axis=0)
-    return classification_report(labels, probabilities, names)
+    thresholds = thresholds and [thresholds[name] for name in names]
+    return report_of(config, labels, probabilities, names, thresholds)
 
 
 def _scores_line(score):
@@ -312,9 +321,9 @@ def _scores_line(score):
 
 
 def _member_scores(directory, seed, report):
-    scores = {"model_dir": directory, "seed": seed, **{key: report[key] for key in ("accuracy", "macro_f1", "loss")}}
+    scores = {"model_dir": directory, "seed": seed, **{key: report[key] for key in score_keys(report)}}
     if "validation" in report:
-        scores["validation"] = {key: report["validation"][key] for key in ("accuracy", "macro_f1", "loss")}
+        scores["validation"] = {key: report["validation"][key] for key in score_keys(report)}
     if "refit" in report:
         scores["refit_epochs"] = report["refit"]["epochs"]
     return scores
@@ -335,7 +344,7 @@ def _print_start(data, strategy, precision):
     )
     print(
         f"{len(train)} training, {held}{len(data.evaluation)} evaluation examples, "
-        f"{len(data.names)} classes, vocabulary of {len(data.tokenizer.vocabulary)}"
+        f"{_targets_said(data)}, vocabulary of {len(data.tokenizer.vocabulary)}"
         f"{' (Chinese as words)' if data.tokenizer.settings['chinese_words'] else ''}, max length "
         f"{config.model.max_length} ({filled} training examples fill it and may be truncated), "
         f"{strategy.num_replicas_in_sync} replica(s) of {type(strategy).__name__}, {precision}, "
@@ -345,6 +354,19 @@ def _print_start(data, strategy, precision):
         f"{'' if fast_path.enabled() else ', plain Keras layers'}"
         f"{', XLA-compiled steps' if config.train.jit_compile else ''}"
     )
+
+
+def _targets_said(data):
+    # What the run predicts, for the start's line.
+    if data.config.data.task == "multi_label":
+        return f"{len(data.names)} labels ({data.train.labels.sum(axis=1).mean():.2f} a training text)"
+    if data.config.data.task == "regression":
+        scores = data.train.labels
+        return (
+            f"a score ({data.names[0]}: training mean {scores.mean():.4g}, standard deviation {scores.std():.4g}, "
+            f"{scores.min():.4g} to {scores.max():.4g})"
+        )
+    return f"{len(data.names)} classes"
 
 
 def _print_report(report, data, members):
@@ -408,6 +430,8 @@ def refit(config, model_dir, data, names, tpu, strategy, init_from=None, vocabul
             config.optimizer,
             directory,
             class_weights=_class_weights(config, data, names),
+            task=config.data.task,
+            target_scale=config.model.target_scale,
         )
     losses = trainer.fit(_training_batches(config, strategy, data), len(data), epochs)
     model.save_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
@@ -472,6 +496,7 @@ def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None
             vocabulary_size=len(tokenizer.vocabulary),
             num_classes=len(names),
             max_length=tokenizer.max_length,
+            **head_fields(config.data.task, train.labels),
         ),
         data=dataclasses.replace(config.data, chinese_words=resolved_chinese_words(tokenizer)),
         train=dataclasses.replace(config.train, epochs=epochs_for(config.train, len(train))),
@@ -490,6 +515,21 @@ def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None
         derived_epochs=derived,
         repeated=repeated_texts(train_examples if whole is None else whole, evaluation_examples),
     )
+
+
+def head_fields(task, targets):
+    """The model fields `data.task` decides: the head's activation and, for
+    a regression, the mean and standard deviation of its training `targets`
+    (float64, as JSON saves them), which the head's scores are scaled by."""
+    if task != "regression":
+        activation = "sigmoid" if task == "multi_label" else "softmax"
+        return {"head_activation": activation, "target_mean": 0.0, "target_scale": 1.0}
+    scale = float(np.std(targets, dtype="float64"))
+    return {
+        "head_activation": "linear",
+        "target_mean": float(np.mean(targets, dtype="float64")),
+        "target_scale": scale if scale > 0 else 1.0,
+    }
 
 
 def repeated_texts(training, evaluation):
@@ -528,21 +568,24 @@ def fit_and_evaluate(model, config, strategy, train, evaluation, names, model_di
             config.optimizer,
             model_dir,
             class_weights=_class_weights(config, train, names),
+            task=config.data.task,
+            target_scale=config.model.target_scale,
         )
     eval_writer = tf.summary.create_file_writer(os.path.join(trainer.output_dir, LOGS_DIR, "eval"))
 
     def on_epoch_end(epoch):
-        report = _evaluate(trainer, evaluation, names)
+        report = _evaluate(trainer, evaluation, names, config)
         with eval_writer.as_default(step=int(trainer.step.numpy())):
-            tf.summary.scalar("accuracy", report["accuracy"])
-            tf.summary.scalar("macro_f1", report["macro_f1"])
-            tf.summary.scalar("loss", report["loss"])
+            for key in score_keys(report):
+                tf.summary.scalar(key, report[key])
         print(f"validation {scores_line(report)}")
         return selection_score(report, config.train.best_metric)
 
     epoch_losses = trainer.fit(_training_batches(config, strategy, train), len(train), epochs, on_epoch_end)
     model.load_weights(os.path.join(trainer.output_dir, BEST_WEIGHTS))
-    report = _evaluate(trainer, evaluation, names)
+    report = _evaluate(trainer, evaluation, names, config)
+    if "thresholds" in report:  # chosen on the validation examples; a sweep's trial exports with them
+        save_thresholds(report["thresholds"], trainer.output_dir)
     report["skipped_rows"] = {"train": train.skipped, "eval": evaluation.skipped}
     report["train_loss_by_epoch"] = epoch_losses
     return report
@@ -588,9 +631,9 @@ def _vocabulary(model_dir, output, config, train_examples, vocabulary_from=None)
     return names, tokenizer
 
 
-def _evaluate(trainer, split, names):
+def _evaluate(trainer, split, names, config):
     probabilities, labels = trainer.predict(split)
-    return classification_report(labels, probabilities, names)
+    return report_of(config, labels, probabilities, names)
 
 
 def _print_skipped(skipped):
@@ -637,6 +680,8 @@ def parse_args(argv=None):
         "vocabulary instead of learning one (members of an ensemble must share it)",
     )
     flags = {  # flag: (config section, field, type)
+        "task": ("data", "task", str),
+        "label-delimiter": ("data", "label_delimiter", str),
         "text-column": ("data", "text_column", str),
         "label-column": ("data", "label_column", str),
         "tokenizer": ("data", "tokenizer", str),
@@ -662,6 +707,9 @@ def parse_args(argv=None):
         "precision": ("train", "precision", str),
     }
     notes = {
+        "task": "classification (a class per text), multi_label (any number of labels per text; --multi-label) "
+        "or regression (a number per text, predicted as a score); ",
+        "label-delimiter": "what separates a multi_label row's labels in CSV and TSV; ",
         "tokenizer": "wordpiece or word; ",
         "chinese-words": "auto, on or off: Chinese as the words jieba finds in training, not characters; ",
         "max-length": "0 derives it from the training data; ",
@@ -693,6 +741,12 @@ def parse_args(argv=None):
         "--skip-bad-rows", action="store_true", help="skip and count bad rows instead of stopping at the first"
     )
     parser.add_argument(
+        "--multi-label",
+        action="store_true",
+        help="--task multi_label: each row's label is a list (a;b in CSV and TSV, a JSON list in JSON Lines, "
+        "several values in TFRecord); the export answers with the labels over their thresholds",
+    )
+    parser.add_argument(
         "--refit",
         action=argparse.BooleanOptionalAction,
         help="train.refit: once the best epoch is kept, train again from the same start on the "
@@ -707,6 +761,10 @@ def parse_args(argv=None):
             values.setdefault(section, {})[field] = value
     if args.skip_bad_rows:
         values.setdefault("data", {})["skip_bad_rows"] = True
+    if args.multi_label:
+        if values.get("data", {}).get("task", "multi_label") != "multi_label":
+            parser.error(f"--multi-label is --task multi_label, not {values['data']['task']}")
+        values.setdefault("data", {})["task"] = "multi_label"
     if args.refit is not None:
         values.setdefault("train", {})["refit"] = args.refit
     return args, values

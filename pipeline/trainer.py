@@ -128,7 +128,11 @@ class Trainer:
     the config field its learning rate came from, for the message of a loss
     that stops being finite.
     `class_weights` (float `(classes,)`, `pipeline.labels.class_weights`)
-    weigh each classification example's loss by its label.
+    weigh each classification example's loss by its label. With `task`
+    "multi_label" (`data.task`), the model's outputs are each label's
+    probability and its loss their binary cross-entropy; with "regression",
+    its output is a score and its loss the squared error of scores
+    standardized by `target_scale`.
     """
 
     def __init__(
@@ -141,15 +145,22 @@ class Trainer:
         model_dir,
         learning_rate_field="optimizer.learning_rate",
         class_weights=None,
+        task="classification",
+        target_scale=1.0,
     ):
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.task, self.target_scale = task, target_scale
         self.class_weights = None if class_weights is None else tf.constant(class_weights, tf.float32)
         self.config, self.optimizer_config = train_config, optimizer_config
         self.learning_rate_field = learning_rate_field
         self.model_dir = model_dir
         self.output_dir = output_dir(model_dir, strategy)
         self.loss = keras.metrics.Mean(name="loss")
-        self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+        # What the progress line shows beside the loss.
+        self.metric = {
+            "regression": lambda: keras.metrics.RootMeanSquaredError(name="rmse"),
+            "multi_label": lambda: keras.metrics.BinaryAccuracy(name="label_accuracy"),
+        }.get(task, lambda: keras.metrics.SparseCategoricalAccuracy(name="accuracy"))()
         self.predictor = Predictor(model, strategy, train_config.batch_size)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.best_score = tf.Variable(-math.inf, dtype=tf.float64, trainable=False, name="best_score")
@@ -221,7 +232,7 @@ class Trainer:
         if self.averages:
             context.merge_call(self._update_averages)
         self.loss.update_state(per_example)
-        self.accuracy.update_state(labels, probabilities, sample_weight=weights)
+        self.metric.update_state(labels, probabilities, sample_weight=weights)
 
     def _forward_backward(self, batch):
         # Classification: (ids, labels). Masked-LM: (features, ids, weights)
@@ -240,6 +251,10 @@ class Trainer:
                 )
                 name = next(iter(probabilities))
                 probabilities, labels, weights = probabilities[name], labels[name], weights[name]
+            elif self.task == "regression":
+                per_example = tf.square((probabilities[:, 0] - labels) / self.target_scale)
+            elif self.task == "multi_label":  # the mean over the labels
+                per_example = keras.losses.binary_crossentropy(labels, probabilities)
             else:
                 per_example = _per_example_loss(labels, probabilities, weights)
                 if self.class_weights is not None:
@@ -310,10 +325,10 @@ class Trainer:
             dataset = distribute(self.strategy, make_dataset, epoch=epoch, skip_batches=offset)
             iterator = iter(dataset)
             progress = keras.utils.Progbar(  # one line per epoch when not on a terminal
-                steps_per_epoch, verbose=1 if sys.stdout.isatty() else 2, stateful_metrics=["loss", "accuracy"]
+                steps_per_epoch, verbose=1 if sys.stdout.isatty() else 2, stateful_metrics=["loss", self.metric.name]
             )
             self.loss.reset_state()
-            self.accuracy.reset_state()
+            self.metric.reset_state()
             while offset < steps_per_epoch:
                 steps = min(
                     self.config.steps_per_execution,
@@ -324,7 +339,7 @@ class Trainer:
                 offset, step = offset + steps, step + steps
                 self._check_finite(step)
                 self.step.assign(step)
-                values = [("loss", float(self.loss.result())), ("accuracy", float(self.accuracy.result()))]
+                values = [("loss", float(self.loss.result())), (self.metric.name, float(self.metric.result()))]
                 progress.update(offset, values)
                 with writer.as_default(step=step):
                     for name, value in values:

@@ -28,7 +28,8 @@ PAGE_TEMPLATE = os.path.join(os.path.dirname(__file__), "visualize_page.html")
 
 def attention_maps(model_path, sentences):
     """Per sentence: text, tokens (padding left out), attention
-    `[layers][heads][tokens][tokens]` and probabilities by class name."""
+    `[layers][heads][tokens][tokens]` and probabilities by class name (a
+    regression's `score` instead)."""
     if tf.io.gfile.exists(os.path.join(model_path, "config.json")):  # a training run's directory
         model_path = os.path.join(model_path, EXPORT_DIR)
     loaded = tf.saved_model.load(latest_export(model_path))
@@ -43,7 +44,11 @@ def attention_maps(model_path, sentences):
                 "text": text,
                 "tokens": [t.decode("utf-8", "replace") for t in outputs["tokens"][i, :length].numpy()],
                 "attention": attention.round(6).tolist(),
-                "probabilities": dict(zip(names, outputs["probabilities"][i].numpy().astype(float).tolist())),
+                **(
+                    {"score": float(outputs["score"][i])}
+                    if "score" in outputs
+                    else {"probabilities": dict(zip(names, outputs["probabilities"][i].numpy().astype(float).tolist()))}
+                ),
             }
         )
     return results

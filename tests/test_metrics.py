@@ -4,7 +4,15 @@ import pytest
 
 from pipeline.config import Config, override
 from pipeline.labels import class_weights
-from pipeline.metrics import classification_report, format_report, one_class_warning, selection_score
+from pipeline.metrics import (
+    classification_report,
+    format_report,
+    multi_label_report,
+    one_class_warning,
+    ranks,
+    regression_report,
+    selection_score,
+)
 
 
 def test_the_report_of_probabilities_scores_their_most_probable_classes_and_their_loss():
@@ -25,8 +33,70 @@ def test_the_kept_epoch_has_the_lowest_loss_or_the_highest_accuracy_or_macro_f1(
     assert selection_score(low, "loss") > selection_score(high, "loss")
     assert selection_score(high, "accuracy") > selection_score(low, "accuracy")
     assert selection_score(low, "macro_f1") > selection_score(high, "macro_f1")
-    with pytest.raises(ValueError, match="train.best_metric must be one of loss, accuracy, macro_f1, got 'f1'"):
+    with pytest.raises(
+        ValueError,
+        match="train.best_metric must be one of loss, accuracy, macro_f1 for data.task classification, got 'f1'",
+    ):
         override(Config(), {"train": {"best_metric": "f1"}})
+
+
+def test_a_regression_is_scored_by_rmse_and_pearson_and_spearman_correlations():
+    targets = [1.0, 2.0, 3.0, 4.0, 5.0]
+    scores = [1.5, 1.5, 3.5, 3.0, 6.0]  # a tie, and one pair out of order
+    report = regression_report(targets, scores, scale=2.0)
+    # errors 0.5, -0.5, 0.5, -1, 1: squares sum to 2.75
+    assert report["rmse"] == pytest.approx(np.sqrt(2.75 / 5))
+    assert report["mae"] == pytest.approx(3.5 / 5)
+    assert report["loss"] == pytest.approx(2.75 / 5 / 4)  # standardized by the scale, as the training loss
+    assert report["pearson"] == pytest.approx(np.corrcoef(targets, scores)[0, 1])
+    # ranks of the scores, the tie at its mean: 1.5 1.5 4 3 5
+    assert report["spearman"] == pytest.approx(np.corrcoef([1, 2, 3, 4, 5], [1.5, 1.5, 4, 3, 5])[0, 1])
+    assert ranks([3, 1, 3, 2]).tolist() == [3.5, 1.0, 3.5, 2.0]
+    assert format_report(report) == (
+        f"RMSE {np.sqrt(0.55):.4f}, Pearson {report['pearson']:.4f}, Spearman {report['spearman']:.4f}, "
+        "loss 0.1375, MAE 0.7000, examples 5"
+    )
+    constant = regression_report(targets, [3.0] * 5)
+    assert constant["pearson"] == constant["spearman"] == 0.0
+    assert one_class_warning(report) is None
+    # An error is better low, a correlation high.
+    assert selection_score(report, "rmse") > selection_score(constant, "rmse")
+    assert selection_score(report, "spearman") > selection_score(constant, "spearman")
+
+
+def test_a_multi_label_report_chooses_each_labels_f1_best_threshold_or_applies_the_given_ones():
+    truth = np.array([[1, 0], [1, 1], [0, 0], [0, 1], [1, 0]])
+    probabilities = np.array([[0.9, 0.2], [0.6, 0.7], [0.6, 0.1], [0.3, 0.4], [0.2, 0.35]])
+    report = multi_label_report(truth, probabilities, ["a", "b"])
+    # a: cutting after 0.9, the tied 0.6s, 0.3 or 0.2 gives F1 2/4, 4/6, 4/7, 6/8: all of them, below 0.2.
+    # b: after 0.7 and 0.4 (2 of 2) is exact; midway to the next, 0.35.
+    assert report["thresholds"] == {"a": pytest.approx(0.1), "b": pytest.approx(0.375)}
+    assert report["per_label"]["a"] == {"precision": 0.6, "recall": 1.0, "f1": pytest.approx(0.75), "support": 3}
+    assert report["per_label"]["b"]["f1"] == 1.0
+    assert report["micro_f1"] == pytest.approx(2 * 5 / (7 + 5)) and report["macro_f1"] == pytest.approx(0.875)
+    assert report["exact_match"] == 0.6  # a is predicted for every row: rows 3 and 4 get it wrongly
+    keras_loss = keras.ops.mean(keras.losses.binary_crossentropy(truth.astype("float32"), probabilities))
+    assert report["loss"] == pytest.approx(float(keras_loss), rel=1e-5)
+    # Given thresholds are applied, not chosen: at 0.5, a's 0.2 and b's 0.4 are missed.
+    given = multi_label_report(truth, probabilities, ["a", "b"], thresholds=[0.5, 0.5])
+    assert given["thresholds"] == {"a": 0.5, "b": 0.5}
+    assert given["micro_f1"] == pytest.approx(2 * 3 / (4 + 5))
+    assert format_report(report).splitlines()[1].split() == ["a", "0.6000", "1.0000", "0.7500", "3", "0.1000"]
+    assert selection_score(report, "micro_f1") > selection_score(given, "micro_f1")
+
+
+def test_a_regressions_best_metric_and_class_weight_are_checked_against_its_task():
+    assert override(Config(), {"data": {"task": "regression"}, "train": {"best_metric": "pearson"}})
+    with pytest.raises(
+        ValueError, match="one of loss, rmse, pearson, spearman for data.task regression, got 'accuracy'"
+    ):
+        override(Config(), {"data": {"task": "regression"}, "train": {"best_metric": "accuracy"}})
+    with pytest.raises(ValueError, match="train.class_weight 'balanced' weighs one class .* data.task regression has"):
+        override(Config(), {"data": {"task": "regression"}, "train": {"class_weight": "balanced"}})
+    with pytest.raises(
+        ValueError, match="data.task must be one of classification, multi_label, regression, got 'ranking'"
+    ):
+        override(Config(), {"data": {"task": "ranking"}})
 
 
 def _report(labels, predictions, names=("negative", "neutral", "positive")):

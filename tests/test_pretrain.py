@@ -290,8 +290,15 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
     run, _ = pretrained
     saved = Config.load(os.path.join(run, "config.json"))
     unread = {
-        "model": {"num_classes": 5, "pooling": "mean", "head_shared_kernel": False},
-        "data": {"label_column": "sentiment"},
+        "model": {
+            "num_classes": 5,
+            "pooling": "mean",
+            "head_shared_kernel": False,
+            "head_activation": "linear",
+            "target_mean": 3.0,
+            "target_scale": 2.0,
+        },
+        "data": {"label_column": "sentiment", "label_delimiter": "|"},
         "optimizer": {"learning_rate": 0.5, "weight_averaging": 0.5},
         "train": {
             "batch_size": 8,

@@ -18,10 +18,13 @@ def _tfrecord(path, rows):
     with tf.io.TFRecordWriter(str(path)) as writer:
         for text, label in rows:
             feature = {"text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[text]))}
-            if isinstance(label, int):
-                feature["label"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))
+            values = label if isinstance(label, list) else [label]
+            if isinstance(values[0], int):
+                feature["label"] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+            elif isinstance(values[0], float):
+                feature["label"] = tf.train.Feature(float_list=tf.train.FloatList(value=values))
             else:
-                feature["label"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[label]))
+                feature["label"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
             writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
     return str(path)
 
@@ -52,6 +55,37 @@ def test_globs_lists_custom_columns_and_integer_labels(tmp_path):
     assert examples.sources == [f"{tmp_path}/s-0.csv:2", f"{tmp_path}/s-1.csv:2", f"{tmp_path}/s-1.csv:3"]
     assert label_names(examples.labels) == ["1", "2", "10"]  # numeric order
     assert read_examples(str(tmp_path / "t.tfrecord")).labels == ["3"]
+
+
+def test_label_lists_of_every_format_and_numbers_for_a_regression(tmp_path):
+    rows = [("a match and a song", ["sport", "music"]), ("soup", ["food"]), ("more soup", ["food", "food"])]
+    lists = [("sport", "music"), ("food",), ("food",)]  # distinct and sorted: music < sport
+    expected = [tuple(sorted(labels)) for labels in lists]
+    paths = [
+        _write(tmp_path / "a.csv", "text,label\na match and a song,sport; music\nsoup,food\nmore soup,food;food\n"),
+        _write(tmp_path / "a.jsonl", "".join(json.dumps({"text": t, "label": labels}) + "\n" for t, labels in rows)),
+        _tfrecord(tmp_path / "a.tfrecord", [(t.encode(), [x.encode() for x in labels]) for t, labels in rows]),
+    ]
+    for path in paths:
+        assert read_examples(path, label_delimiter=";").labels == expected, path
+    assert read_examples(paths[0], label_delimiter="|").labels == [("sport; music",), ("food",), ("food;food",)]
+    # Without a delimiter, a list is no label.
+    with pytest.raises(DataError, match=r"a.jsonl:1: missing or invalid label: label=\['sport', 'music'\]"):
+        read_examples(paths[1])
+    bad = {
+        "b.csv": ("text,label\nok,a\nno,a;;b\n", r"b.csv:3: malformed label list: label='a;;b'"),
+        "b.jsonl": ('{"text": "ok", "label": ["a"]}\n{"text": "no", "label": []}\n', r"b.jsonl:2: empty label list"),
+        "c.jsonl": ('{"text": "no", "label": ["a", 1.5]}\n', r"c.jsonl:1: malformed label list: label=\['a', 1.5\]"),
+    }
+    for name, (content, message) in bad.items():
+        path = _write(tmp_path / name, content)
+        with pytest.raises(DataError, match=message):
+            read_examples(path, label_delimiter=";")
+        assert sum(read_examples(path, skip_bad_rows=True, label_delimiter=";").skipped.values()) == 1
+    # Numbers (a regression's labels) in JSON Lines and TFRecord, as their decimal text.
+    scores = _write(tmp_path / "s.jsonl", '{"text": "a", "label": 2.5}\n{"text": "b", "label": -1}\n')
+    assert read_examples(scores).labels == ["2.5", "-1"]
+    assert read_examples(_tfrecord(tmp_path / "s.tfrecord", [(b"a", 0.5)])).labels == ["0.5"]
 
 
 BAD_ROWS = [

@@ -683,7 +683,10 @@ def test_missing_eval_files_and_negative_pretraining_fail_before_any_work(tmp_pa
         train_main(
             ["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1], "--validation-split", "1"]
         )
-    with pytest.raises(SystemExit, match="error: train.best_metric must be one of loss, accuracy, macro_f1, got 'f1'"):
+    with pytest.raises(
+        SystemExit,
+        match="error: train.best_metric must be one of loss, accuracy, macro_f1 for data.task classification, got 'f1'",
+    ):
         train_main(
             ["--model-dir", str(tmp_path / "run"), "--train", corpus[0], "--eval", corpus[1], "--best-metric", "f1"]
         )

@@ -27,9 +27,15 @@ from pipeline.tokenizer import Tokenizer
 from pipeline.train import fit_and_evaluate, pretrain_on_training_texts
 from tuning.search_space import sample
 
-# Each objective: the kept epoch's validation score (`--objective val_loss`
-# is `report["loss"]`), and its better direction.
-OBJECTIVES = {f"val_{metric}": (metric, direction) for metric, direction in BEST_METRICS.items()}
+
+def objectives(task):
+    """The objectives of `data.task` `task`: each the kept epoch's validation
+    score (`--objective val_loss` is `report["loss"]`), and its better direction."""
+    return {f"val_{metric}": (metric, direction) for metric, direction in BEST_METRICS[task].items()}
+
+
+# Every task's.
+OBJECTIVES = {name: value for task in BEST_METRICS for name, value in objectives(task).items()}
 # In a trial directory without pretrain/: the other trial's pre-training it started from.
 
 
@@ -144,7 +150,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
                 )
             initialize_from(model, pretrain_dir, config.model, tokenizer.vocabulary)
         report = fit_and_evaluate(model, config, self.strategy, train, evaluation, names, trial_dir, epochs=epochs)
-        return {name: report[key] for name, (key, _) in OBJECTIVES.items()}
+        return {name: report[key] for name, (key, _) in objectives(config.data.task).items()}
 
 
 def save_json(path, state):

@@ -4,6 +4,10 @@
         --tuner {random,hyperband,bayesian} [--max-trials N] \\
         [--objective val_accuracy|val_macro_f1|val_loss] [--space FILE|JSON] [--tpu [NAME|local]] [--export-best]
 
+A regression (--task regression) ranks its trials by val_rmse, or by
+--objective val_pearson, val_spearman or val_loss; a multi-label task
+(--task multi_label) by val_micro_f1, or val_macro_f1 or val_loss.
+
 Trials keep their best epoch on, and are scored on, --eval: give it a
 validation set, not the test split (train.validation_split and train.refit
 are pipeline.train's, off in trials; train the best trial's settings with
@@ -24,15 +28,17 @@ import sys
 import tensorflow as tf
 
 from pipeline.config import override
-from pipeline.export import export_saved_model
+from pipeline.export import export_saved_model, run_thresholds
 from pipeline.files import create, open_text
 from pipeline.layout import EXPORT_DIR, TRIALS_DIR
 from pipeline.model_dir import restore_model
 from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy, run_config
 from pipeline.train import data_paths, prepare_data
-from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
+from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle, objectives
 from tuning.search_space import SEARCH_SPACE, narrow
+
+DEFAULT_OBJECTIVES = {"classification": "val_accuracy", "multi_label": "val_micro_f1", "regression": "val_rmse"}
 
 
 def run_sweep(
@@ -42,7 +48,7 @@ def run_sweep(
     eval_paths,
     tuner_kind="random",
     max_trials=10,
-    objective="val_accuracy",
+    objective=None,
     space_overrides=None,
     tpu=None,
     export_best=False,
@@ -50,7 +56,14 @@ def run_sweep(
 ):
     """Runs (or continues) a sweep; returns the rows of the results table.
 
-    `strategy` overrides the one `resolve_strategy(tpu)` picks."""
+    `objective` ranks the trials (by default `DEFAULT_OBJECTIVES` of its
+    `data.task`); `strategy` overrides the one `resolve_strategy(tpu)` picks."""
+    task = config.data.task
+    objective = objective or DEFAULT_OBJECTIVES[task]
+    if objective not in objectives(task):
+        raise ValueError(
+            f"--objective {objective} is not a score of data.task {task}; its are {', '.join(objectives(task))}"
+        )
     if config.train.members > 1:
         raise ValueError(
             f"train.members is {config.train.members}: sweeps compare single models; train the "
@@ -83,22 +96,27 @@ def run_sweep(
     tuner.search()
     if tuner_id and tuner_id != "chief":
         return []  # workers run trials; the chief reports
-    rows = results_table(tuner.oracle, objective)
+    rows = results_table(tuner.oracle, objective, task)
     _write_results(rows, directory)
     print(format_results(rows))
     if export_best:
         best = tuner.oracle.get_best_trials(1)[0]
-        model, best_tokenizer, best_names = restore_model(tuner.get_trial_dir(best.trial_id))
-        path = export_saved_model(model, best_tokenizer, best_names, os.path.join(directory, EXPORT_DIR))
+        trial_dir = tuner.get_trial_dir(best.trial_id)
+        model, best_tokenizer, best_names = restore_model(trial_dir)
+        thresholds = run_thresholds(trial_dir, model, best_names)
+        path = export_saved_model(
+            model, best_tokenizer, best_names, os.path.join(directory, EXPORT_DIR), thresholds=thresholds
+        )
         print(f"Exported the best trial ({best.trial_id}, {objective} {best.score:.4f}) to {path}")
     return rows
 
 
-def results_table(oracle, objective):
+def results_table(oracle, objective, task="classification"):
     rows = []
     for trial in sorted(oracle.trials.values(), key=lambda t: t.trial_id):
         metrics = {
-            name: trial.metrics.get_best_value(name) if trial.metrics.exists(name) else None for name in OBJECTIVES
+            name: trial.metrics.get_best_value(name) if trial.metrics.exists(name) else None
+            for name in objectives(task)
         }
         rows.append(
             {
@@ -164,7 +182,15 @@ def main(argv=None):
     parser.add_argument("--directory", required=True, help="sweep directory: trials, results, export")
     parser.add_argument("--tuner", choices=["random", "hyperband", "bayesian"], default="random")
     parser.add_argument("--max-trials", type=int, default=10, help="trials (random, bayesian)")
-    parser.add_argument("--objective", choices=sorted(OBJECTIVES), default="val_accuracy")
+    parser.add_argument(
+        "--objective",
+        choices=sorted(OBJECTIVES),
+        help="the trials' ranking score (default val_accuracy; a multi-label task's val_micro_f1, a regression's "
+        "val_rmse)",
+    )
+    parser.add_argument(
+        "--task", help="data.task, as pipeline.train: classification (the default), multi_label or regression"
+    )
     parser.add_argument("--config", help="JSON file of base config overrides, as pipeline.train")
     parser.add_argument("--epochs", type=int, help="epochs per trial (hyperband: the most per trial)")
     parser.add_argument(
@@ -183,6 +209,8 @@ def main(argv=None):
     try:
         strategy = resolve_strategy(args.tpu)
         overrides = {"train": {"epochs": args.epochs}} if args.epochs else {}
+        if args.task:
+            overrides["data"] = {"task": args.task}
         if args.unlabelled:
             overrides["pretrain"] = {"unlabelled": args.unlabelled}
         config = run_config(args.config, overrides, strategy, args.tpu)
