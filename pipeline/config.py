@@ -64,6 +64,9 @@ class ModelConfig:
     head_shared_kernel: bool = True
     # Stddev of the truncated-normal initializers (BERT and ALBERT: 0.02).
     initializer_range: float = 0.02
+    # Segments with a learned embedding each (segment 0 is [CLS] a [SEP], 1 is b [SEP]): 2 for pairs of texts
+    # (set so by data.text_pair_column), 1 (none) for one text.
+    segments: int = 1
     # Embeddings scaled to about unit variance, as tensor2tensor does, so that the timing signal added to
     # them does not drown the words (FactorizedEmbedding.unit_scale).
     embedding_unit_scale: bool = True
@@ -79,6 +82,9 @@ class DataConfig:
     label_delimiter: str = ";"
     # Column (CSV, TSV) or field (JSONL, TFRecord) holding the text.
     text_column: str = "text"
+    # Column holding the second text of a pair (entailment, paraphrase, question and answer), packed as
+    # [CLS] text [SEP] pair [SEP], cut longest first; "" for one text.
+    text_pair_column: str = ""
     # Column or field holding the label (string or integer).
     label_column: str = "label"
     # "auto" picks by file extension; or "csv", "tsv", "jsonl", "tfrecord".
@@ -263,6 +269,8 @@ class Config:
     pretrain: PretrainConfig = dataclasses.field(default_factory=PretrainConfig)
 
     def __post_init__(self):
+        if self.data.text_pair_column and self.model.segments < 2:  # a pair's two segments
+            self.model = dataclasses.replace(self.model, segments=2)
         # Checks across sections, refused when the config is read, before any work.
         metrics = BEST_METRICS[self.data.task]
         if self.train.best_metric not in metrics:

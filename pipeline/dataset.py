@@ -39,17 +39,31 @@ class Split:
 
 
 def tokenize(tokenizer, texts):
-    """int32 ids `(len(texts), max_length)` of a list of strings."""
+    """int32 ids `(len(texts), max_length)` of a list of strings (or of pairs
+    of strings, packed by `Tokenizer.pair`)."""
     if not texts:
         return np.zeros((0, tokenizer.max_length), "int32")
-    return np.concatenate(list(in_batches(texts, tokenizer.traced()).as_numpy_iterator()))
+    traced = tokenizer.traced(pairs=is_pairs(texts))
+    return np.concatenate(list(in_batches(texts, traced).as_numpy_iterator()))
+
+
+def is_pairs(texts):
+    """Whether `texts` (a non-empty list) are pairs of texts."""
+    return isinstance(texts[0], tuple)
+
+
+def singles(texts):
+    """Every text of `texts`, each of a pair's two in turn."""
+    return [text for pair in texts for text in pair] if texts and is_pairs(texts) else texts
 
 
 def in_batches(texts, function):
-    """`function` (of a `[None]` string tensor) over a non-empty list of
-    strings, in parallel batches, in order."""
+    """`function` (of a `[None]` string tensor, or of two for pairs of
+    texts) over a non-empty list of strings or pairs, in parallel batches,
+    in order."""
+    slices = tuple(map(list, zip(*texts))) if is_pairs(texts) else texts
     return (
-        tf.data.Dataset.from_tensor_slices(texts)
+        tf.data.Dataset.from_tensor_slices(slices)
         .batch(TOKENIZE_BATCH)  # batch first: the tokenizer ops are vectorized
         .map(function, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     )
@@ -59,7 +73,9 @@ def read_split(paths, data_config):
     """The validated examples of `paths` (see `readers.read_examples`)."""
     return read_examples(
         paths,
-        data_config.text_column,
+        (data_config.text_column, data_config.text_pair_column)
+        if data_config.text_pair_column
+        else data_config.text_column,
         data_config.label_column,
         data_config.file_format,
         data_config.skip_bad_rows,
@@ -164,6 +180,8 @@ def learn_tokenizer(texts, data_config, max_length, length_texts=None):
     `max_length` of 0 is derived from `length_texts` (by default `texts`):
     the texts classified, where the vocabulary learns from more."""
     chinese_words = data_config.chinese_words
+    length_texts = texts if length_texts is None else length_texts
+    texts = singles(texts)
     tokenizer = Tokenizer.learn(
         texts,
         kind=data_config.tokenizer,
@@ -175,7 +193,7 @@ def learn_tokenizer(texts, data_config, max_length, length_texts=None):
         chinese_words=chinese_words == "on" or (chinese_words == "auto" and mostly_chinese(texts)),
     )
     if not max_length:
-        tokenizer.settings["max_length"] = tokenizer.fitting_length(texts if length_texts is None else length_texts)
+        tokenizer.settings["max_length"] = tokenizer.fitting_length(length_texts)
     return tokenizer
 
 

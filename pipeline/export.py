@@ -24,6 +24,7 @@ from pipeline.model import model_internals
 from pipeline.model_dir import member_dirs, restore_model
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
+TEXT_PAIR = tf.TensorSpec([None], tf.string, name="text_pair")  # a pair model's second texts
 
 
 class ServingModule(tf.Module):
@@ -33,7 +34,8 @@ class ServingModule(tf.Module):
     tokenizer: `serve` returns the mean of their probabilities (with the
     most probable class; of a multi-label task, with `over_threshold`, each
     label's probability reaching its one of `thresholds`), or of a
-    regression's scores (`score`, `(batch,)`);
+    regression's scores (`score`, `(batch,)`); of a model of pairs of texts
+    (`model.segments`), both take `text` and `text_pair`;
     `attention` their maps one member after the other along the layer axis
     (member `m`'s layer `i` at `m * num_layers + i`).
     """
@@ -48,6 +50,7 @@ class ServingModule(tf.Module):
                 "signature stacks their maps, which needs one head count"
             )
         self.tokenizer = tokenizer
+        self.pairs = any(layer.name == "segment_embedding" for layer in self.models[0].layers)
         activation = self.models[0].get_layer("head").activation
         self.regression = activation == "linear"
         self.thresholds = None
@@ -58,8 +61,11 @@ class ServingModule(tf.Module):
         # A variable, so the SavedModel keeps it as `loaded.label_names`.
         self.label_names = tf.Variable(list(label_names), trainable=False, name="label_names")
 
-    def serve(self, text):
-        ids = self.tokenizer(text)
+    def _ids(self, text, text_pair=None):
+        return self.tokenizer(text) if text_pair is None else self.tokenizer.pair(text, text_pair)
+
+    def serve(self, text, text_pair=None):
+        ids = self._ids(text, text_pair)
         probabilities = _mean([tf.cast(model(ids, training=False), tf.float32) for model in self.models])
         if self.regression:
             return {"score": probabilities[:, 0]}
@@ -68,8 +74,8 @@ class ServingModule(tf.Module):
         label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         return {"probabilities": probabilities, "label_id": label_id, "label": tf.gather(self.label_names, label_id)}
 
-    def attention(self, text):
-        ids = self.tokenizer(text)
+    def attention(self, text, text_pair=None):
+        ids = self._ids(text, text_pair)
         internals = [model_internals(model, ids) for model in self.models]
         attention = tf.concat([tf.cast(i["attention"], tf.float32) for i in internals], axis=1)
         outputs = _mean([tf.cast(i["probabilities"], tf.float32) for i in internals])
@@ -109,8 +115,9 @@ def export_saved_model(model, tokenizer, label_names, export_root, version=None,
     # module would each be traced again for the file (the tests' tiny model:
     # 3.15 -> 2.15 s an export, means of 8 alternated; the SavedModel's
     # interface is its signatures).
+    inputs = [TEXT, TEXT_PAIR] if module.pairs else [TEXT]
     signatures = {
-        name: tf.function(method, input_signature=[TEXT], autograph=False).get_concrete_function()
+        name: tf.function(method, input_signature=inputs, autograph=False).get_concrete_function()
         for name, method in (("serving_default", module.serve), ("attention", module.attention))
     }
     tf.saved_model.save(module, path, signatures=signatures)

@@ -13,9 +13,11 @@ from layers import (
     FactorizedEmbedding,
     LayerNormalization,
     MaskedLMHead,
+    SegmentEmbedding,
     SharedEncoder,
     TimingSignal1D,
 )
+from pipeline.tokenizer import SEP_ID
 
 
 def build_model(config):
@@ -108,6 +110,10 @@ def _encode(config, token_ids):
     )
     x = embedding(token_ids)  # (batch, length, hidden)
     padding_mask = embedding.compute_mask(token_ids)  # (batch, length)
+    if config.segments > 1:
+        x = x + SegmentEmbedding(
+            config.segments, config.hidden_size, SEP_ID, config.initializer_range, name="segment_embedding"
+        )(token_ids)
     x = TimingSignal1D(name="timing_signal")(x)
     x = LayerNormalization(epsilon=config.layer_norm_epsilon, name="embedding_norm")(x)
     x = Dropout(config.dropout_rate, name="embedding_dropout")(x)
@@ -148,6 +154,8 @@ def model_internals(model, token_ids):
     embedding = model.get_layer("embedding")
     padding_mask = embedding.compute_mask(token_ids)  # (batch, length)
     x = embedding(token_ids)
+    if any(layer.name == "segment_embedding" for layer in model.layers):
+        x = x + model.get_layer("segment_embedding")(token_ids)
     for name in ("timing_signal", "embedding_norm", "embedding_dropout"):
         x = model.get_layer(name)(x, training=False)
     layer_outputs, attention = model.get_layer("encoder")(

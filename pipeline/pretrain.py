@@ -49,8 +49,10 @@ from pipeline.text_stream import Sequences, TextSource, raising_data_errors
 from pipeline.tokenizer import Tokenizer
 from pipeline.trainer import Trainer, TrainingError, build_optimizer
 
-# Layers a classifier takes from a pre-trained run, by the names build_model gives them.
+# Layers a classifier takes from a pre-trained run, by the names build_model gives them (with
+# model.segments, the segment embedding too).
 SHARED_LAYERS = ("embedding", "embedding_norm", "encoder")
+SEGMENT_LAYER = "segment_embedding"
 # Model fields that must match for those weights to fit.
 SHAPE_FIELDS = (
     "vocabulary_size",
@@ -63,6 +65,7 @@ SHAPE_FIELDS = (
     "hidden_activation",
     "num_layers",
     "embedding_unit_scale",
+    "segments",
 )
 # Fields `pretrain` never reads (the classifier's, and the run's beyond its
 # pre-training; train.epochs is the pre-training's length): configs that
@@ -356,7 +359,7 @@ def initialize_from(model, pretrain_dir, model_config, vocabulary):
         raise ValueError(f"--init-from {pretrain_dir}: no checkpoint to start from")
     pretrained_model = build_pretraining_model(pretrained_config, pretrained.pretrain.sentence_order)
     run_dir.restore_variables(pretrained_model, latest)
-    for name in SHARED_LAYERS:
+    for name in SHARED_LAYERS + ((SEGMENT_LAYER,) if model_config.segments > 1 else ()):
         model.get_layer(name).set_weights(pretrained_model.get_layer(name).get_weights())
 
 

@@ -37,7 +37,7 @@ class DataError(ValueError):
 
 @dataclasses.dataclass
 class Examples:
-    texts: list
+    texts: list  # strings; of pairs (a text pair column), tuples of two
     labels: list  # strings (numbers as their decimal text); with a label delimiter, tuples of them
     sources: list  # "file:line" of each example
     skipped: collections.Counter  # reason -> rows skipped
@@ -82,6 +82,7 @@ def read_examples(
     text files (`.txt`, one document per non-empty line) are read only so.
     With a `label_delimiter`, each label is a list (`labels_of`): a string of
     labels joined by it, a JSON list or a TFRecord feature of several values.
+    With `text_column` a pair of names, each text is a pair of texts.
     `Examples` (read already, e.g. the training examples `pipeline.train`
     keeps after holding out its validation slice) are returned as they are.
 
@@ -120,7 +121,10 @@ def file_examples(
     Raises:
         DataError: on a missing or empty file, or on a bad row unless `skipped`.
     """
-    rows = _ROW_READERS[file_format(path, requested_format)](path, text_column, label_column)
+    kind = file_format(path, requested_format)
+    if kind == "text" and isinstance(text_column, tuple):
+        raise DataError(f"{path}: plain text has no pairs of texts; use CSV, TSV, JSONL or TFRecord")
+    rows = _ROW_READERS[kind](path, text_column, label_column)
     seen = False
     for source, text, label, problem in rows:
         if problem is _BLANK_LINE:
@@ -161,6 +165,11 @@ def labels_of(label, delimiter, label_column="label"):
 
 def _check(text, label, text_column, label_column, label_delimiter=None):
     # With a `label_delimiter`, a label may be a list too (`labels_of` checks its values).
+    if isinstance(text_column, tuple):  # a pair: each text checked, by its column
+        for column, value in zip(text_column, text):
+            if problem := _check(value, label, column, label_column, label_delimiter):
+                return problem
+        return None
     if not isinstance(text, str) or not text.strip():
         return f"missing or empty text: {text_column}={text!r}"
     kinds = (str, int, float, list) if label_delimiter is not None else (str, int, float)
@@ -183,7 +192,7 @@ def _delimited_rows(path, text_column, label_column, delimiter):
     with open_text(path, errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         header = reader.fieldnames or []
-        for column in (text_column, label_column):
+        for column in (*_names(text_column), label_column):
             if column is not None and column not in header:
                 raise DataError(f"{path}:1: no column {column!r} in header {header}")
         for row in reader:
@@ -193,7 +202,7 @@ def _delimited_rows(path, text_column, label_column, delimiter):
                 values = [v for k, v in row.items() if k is not None and v is not None]
                 yield source, None, None, (f"wrong field count: {fields} fields, header has {len(header)}: {values!r}")
                 continue
-            yield source, row[text_column], row.get(label_column), None
+            yield source, _value(row.get, text_column), row.get(label_column), None
 
 
 def _csv_rows(path, text_column, label_column):
@@ -218,7 +227,7 @@ def _jsonl_rows(path, text_column, label_column):
             if not isinstance(record, dict):
                 yield source, None, None, f"not a JSON object: {line.strip()[:200]!r}"
                 continue
-            yield source, record.get(text_column), record.get(label_column), None
+            yield source, _value(record.get, text_column), record.get(label_column), None
 
 
 def _tfrecord_rows(path, text_column, label_column):
@@ -242,7 +251,18 @@ def _tfrecord_rows(path, text_column, label_column):
                 yield source, None, None, f"not a tf.train.Example: {record[:100]!r}"
                 continue
             features = example.features.feature
-            yield source, _feature_value(features, text_column), _feature_value(features, label_column), None
+            text = _value(lambda name: _feature_value(features, name), text_column)
+            yield source, text, _feature_value(features, label_column), None
+
+
+def _names(text_column):
+    # The text columns: one, or a pair's two.
+    return text_column if isinstance(text_column, tuple) else (text_column,)
+
+
+def _value(get, text_column):
+    # The text of a row, or its pair of texts, by `get(column)`.
+    return tuple(get(name) for name in text_column) if isinstance(text_column, tuple) else get(text_column)
 
 
 def _damaged(path, error):

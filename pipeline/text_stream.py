@@ -49,7 +49,7 @@ class TextSource:
     """
 
     def __init__(self, texts, data_config=None, join_lines=False, files=None):
-        self.examples = texts if isinstance(texts, Examples) else None
+        self.examples = _singles(texts) if isinstance(texts, Examples) else None
         paths = ([] if self.examples is not None else expand_paths(texts)) + (expand_paths(files) if files else [])
         self.files = paths or None
         self._bytes = {path: tf.io.gfile.stat(path).length for path in paths}  # read once: a bucket's are remote
@@ -163,14 +163,20 @@ class TextSource:
         )
 
     def _rows(self, path, skipped):
-        return file_examples(
+        # Each text of a pair (data.text_pair_column; plain text has none) is a document of its own.
+        plain = file_format(path, self.data_config.file_format) == "text"
+        pair_column = "" if plain else self.data_config.text_pair_column
+        rows = file_examples(
             path,
-            self.data_config.text_column,
+            (self.data_config.text_column, pair_column) if pair_column else self.data_config.text_column,
             None,
             self.data_config.file_format,
             skipped if self.data_config.skip_bad_rows else None,
             blank_lines=self.join_lines,
         )
+        if not pair_column:
+            return rows
+        return ((text, label, source) for pair, label, source in rows for text in pair)
 
     def _batches(self, path, pipelines, pipeline):
         # One file's lines in batches; a blank line ends a document. With
@@ -308,6 +314,18 @@ class Sequences:
 def _lengths(sequences):
     # Each batch of sequences' token counts, as NumPy arrays.
     return sequences.batch(4096).map(lambda batch: batch.merge_dims(1, 2).row_lengths()).as_numpy_iterator()
+
+
+def _singles(examples):
+    # `Examples` of pairs of texts as examples of each text alone, in turn.
+    if not examples.texts or not isinstance(examples.texts[0], tuple):
+        return examples
+    return Examples(
+        [text for pair in examples.texts for text in pair],
+        [label for label in examples.labels for _ in range(2)],
+        [source for source in examples.sources for _ in range(2)],
+        examples.skipped,
+    )
 
 
 def in_memory(texts):

@@ -9,7 +9,8 @@ cut into the longest words of the vocabulary, left to right (the words
 jieba found in the training texts; a character is the fallback). The words
 are then looked up whole (word vocabulary, as the source design) or split
 into WordPiece units. Every sequence starts with [CLS] and is truncated and
-zero-padded to `max_length`.
+zero-padded to `max_length`; a pair of texts is packed as `[CLS] a [SEP] b
+[SEP]`, the longer one cut first (`Tokenizer.pair`).
 """
 
 import collections
@@ -212,15 +213,25 @@ class Tokenizer(tf.Module):
         return words.with_flat_values(units).merge_dims(1, 2)
 
     def __call__(self, texts):
-        words = self.words(texts)
-        if self.settings["kind"] == "wordpiece":
-            ids = self._wordpiece.tokenize(words).merge_dims(-2, -1)
-        else:
-            ids = tf.ragged.map_flat_values(self._table.lookup, words)
-        ids = ids[:, : self.max_length - 1]  # room for [CLS]
+        ids = self._piece_ids(texts)[:, : self.max_length - 1]  # room for [CLS]
         cls = tf.fill([ids.nrows(), 1], tf.constant(CLS_ID, tf.int32))
         ids = tf.concat([cls, ids], axis=1)
         return ids.to_tensor(default_value=PAD_ID, shape=[None, self.max_length])
+
+    def pair(self, texts, pairs):
+        """int32 ids `(batch, max_length)` of pairs of texts: `[CLS] a [SEP] b
+        [SEP]`, cut to fit one token at a time from the longer of the two (as
+        BERT truncates a pair), zero-padded."""
+        a, b = tf_text.RoundRobinTrimmer(self.max_length - 3).trim([self._piece_ids(texts), self._piece_ids(pairs)])
+        ids, _ = tf_text.combine_segments([a, b], start_of_sequence_id=CLS_ID, end_of_segment_id=SEP_ID)
+        return tf.cast(ids, tf.int32).to_tensor(default_value=PAD_ID, shape=[None, self.max_length])
+
+    def _piece_ids(self, texts):
+        # Every piece id of each text, `(batch, (pieces))`.
+        words = self.words(texts)
+        if self.settings["kind"] == "wordpiece":
+            return self._wordpiece.tokenize(words).merge_dims(-2, -1)
+        return tf.ragged.map_flat_values(self._table.lookup, words)
 
     def word_ids(self, texts):
         """Ids grouped by word, `(batch, (words), (pieces))`, [CLS] first.
@@ -239,14 +250,18 @@ class Tokenizer(tf.Module):
             return self._wordpiece.tokenize(words)
         return tf.expand_dims(tf.ragged.map_flat_values(self._table.lookup, words), axis=2)
 
-    def traced(self):
-        """`__call__` as a `tf.function` of a `[None]` string tensor, traced once."""
+    def traced(self, pairs=False):
+        """`__call__` as a `tf.function` of a `[None]` string tensor (with
+        `pairs`, `pair` of two), traced once."""
         by_settings = _TRACED.setdefault(self, {})
-        key = tuple(sorted(self.settings.items()))
+        key = (pairs, *sorted(self.settings.items()))
         if key not in by_settings:
             tokenizer = weakref.ref(self)  # the cache must not keep its key alive
-            by_settings[key] = tf.function(
-                lambda texts: tokenizer()(texts), autograph=False, input_signature=[tf.TensorSpec([None], tf.string)]
+            spec = tf.TensorSpec([None], tf.string)
+            by_settings[key] = (
+                tf.function(lambda a, b: tokenizer().pair(a, b), autograph=False, input_signature=[spec, spec])
+                if pairs
+                else tf.function(lambda texts: tokenizer()(texts), autograph=False, input_signature=[spec])
             )
         return by_settings[key]
 
@@ -306,11 +321,14 @@ class Tokenizer(tf.Module):
 
     def fitting_length(self, texts, quantile=99, multiple=16):
         """The `quantile`th percentile of the texts' token counts ([CLS]
-        included), rounded up to a multiple of `multiple`, at most the
-        current `max_length`."""
+        included; of pairs of texts, packed by `pair`), rounded up to a
+        multiple of `multiple`, at most the current `max_length`."""
         lengths = []
-        for batch in tf.data.Dataset.from_tensor_slices(texts).batch(4096):
-            lengths.append(tf.math.count_nonzero(self.traced()(batch), axis=1).numpy())
+        pairs = bool(texts) and isinstance(texts[0], tuple)
+        slices = tuple(map(list, zip(*texts))) if pairs else texts
+        for batch in tf.data.Dataset.from_tensor_slices(slices).batch(4096):
+            ids = self.traced(pairs)(*batch) if pairs else self.traced()(batch)
+            lengths.append(tf.math.count_nonzero(ids, axis=1).numpy())
         length = float(np.percentile(np.concatenate(lengths), quantile))
         return int(min(self.max_length, max(multiple, -(-length // multiple) * multiple)))
 

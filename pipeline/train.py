@@ -683,6 +683,7 @@ def parse_args(argv=None):
         "task": ("data", "task", str),
         "label-delimiter": ("data", "label_delimiter", str),
         "text-column": ("data", "text_column", str),
+        "text-pair-column": ("data", "text_pair_column", str),
         "label-column": ("data", "label_column", str),
         "tokenizer": ("data", "tokenizer", str),
         "chinese-words": ("data", "chinese_words", str),
@@ -710,6 +711,7 @@ def parse_args(argv=None):
         "task": "classification (a class per text), multi_label (any number of labels per text; --multi-label) "
         "or regression (a number per text, predicted as a score); ",
         "label-delimiter": "what separates a multi_label row's labels in CSV and TSV; ",
+        "text-pair-column": "the column of a pair's second text, packed as [CLS] text [SEP] pair [SEP]; ",
         "tokenizer": "wordpiece or word; ",
         "chinese-words": "auto, on or off: Chinese as the words jieba finds in training, not characters; ",
         "max-length": "0 derives it from the training data; ",

@@ -29,12 +29,19 @@ PAGE_TEMPLATE = os.path.join(os.path.dirname(__file__), "visualize_page.html")
 def attention_maps(model_path, sentences):
     """Per sentence: text, tokens (padding left out), attention
     `[layers][heads][tokens][tokens]` and probabilities by class name (a
-    regression's `score` instead)."""
+    regression's `score` instead). A model of pairs of texts takes each
+    sentence as its two texts, tab-separated; the tokens show both, [SEP]
+    after each."""
     if tf.io.gfile.exists(os.path.join(model_path, "config.json")):  # a training run's directory
         model_path = os.path.join(model_path, EXPORT_DIR)
     loaded = tf.saved_model.load(latest_export(model_path))
     names = [n.decode() for n in loaded.label_names.numpy()]
-    outputs = loaded.signatures["attention"](text=tf.constant(sentences))
+    signature = loaded.signatures["attention"]
+    if "text_pair" in signature.structured_input_signature[1]:
+        texts, pairs = zip(*(sentence.partition("\t")[::2] for sentence in sentences))
+        outputs = signature(text=tf.constant(texts), text_pair=tf.constant(pairs))
+    else:
+        outputs = signature(text=tf.constant(sentences))
     results = []
     for i, text in enumerate(sentences):
         length = int(np.count_nonzero(outputs["token_ids"][i].numpy()))
