@@ -23,8 +23,10 @@ __all__ = ["Classifier", "load_classifier", "train"]
 def train(model_dir, train_files=None, eval_files=None, config=None, tpu=None, unlabelled_files=None):
     """Trains, scores and exports a classifier in `model_dir`; returns the
     report written to its `metrics.json` (accuracy, macro_f1, loss, per
-    class; of a regression, `config` `{"data": {"task": "regression"}}`:
-    rmse, mae, pearson, spearman, loss).
+    class; of a multi-label task, `config` `{"data": {"task":
+    "multi_label"}}`: micro_f1, macro_f1, exact_match, loss, thresholds, per
+    label; of a regression, `"regression"`: rmse, mae, pearson, spearman,
+    loss). Pairs of texts: `{"data": {"text_pair_column": NAME}}`.
 
     Args:
         model_dir: the run's directory (a local path or `gs://`); a run found
