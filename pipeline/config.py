@@ -111,6 +111,11 @@ class DataConfig:
     # so that nothing waits for a large corpus to be read whole. A corpus of no more is read whole, in order.
     sample_size: int = 100_000
 
+    @property
+    def text_columns(self):
+        """The text column, or with `text_pair_column` the pair of both, as the readers take them."""
+        return (self.text_column, self.text_pair_column) if self.text_pair_column else self.text_column
+
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"data.task must be one of {', '.join(TASKS)}, got {self.task!r}")

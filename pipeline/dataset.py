@@ -73,9 +73,7 @@ def read_split(paths, data_config):
     """The validated examples of `paths` (see `readers.read_examples`)."""
     return read_examples(
         paths,
-        (data_config.text_column, data_config.text_pair_column)
-        if data_config.text_pair_column
-        else data_config.text_column,
+        data_config.text_columns,
         data_config.label_column,
         data_config.file_format,
         data_config.skip_bad_rows,

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from pipeline.labels import load_thresholds
 from pipeline.layout import EXPORT_DIR
-from pipeline.model import model_internals
+from pipeline.model import model_internals, takes_pairs
 from pipeline.model_dir import member_dirs, restore_model
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
@@ -50,7 +50,7 @@ class ServingModule(tf.Module):
                 "signature stacks their maps, which needs one head count"
             )
         self.tokenizer = tokenizer
-        self.pairs = any(layer.name == "segment_embedding" for layer in self.models[0].layers)
+        self.pairs = takes_pairs(self.models[0])
         activation = self.models[0].get_layer("head").activation
         self.regression = activation == "linear"
         self.thresholds = None

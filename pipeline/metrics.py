@@ -14,6 +14,8 @@ BEST_METRICS = {
     "multi_label": {"loss": "min", "micro_f1": "max", "macro_f1": "max"},
     "regression": {"loss": "min", "rmse": "min", "pearson": "max", "spearman": "max"},
 }
+# Every task's metrics in one dict: a metric's direction is the same in every task that has it.
+_DIRECTIONS = {name: direction for metrics in BEST_METRICS.values() for name, direction in metrics.items()}
 # A model that predicts one class for at least this share of the examples,
 # where that class's true share is at most ONE_CLASS_TRUE_SHARE, has learned
 # little beyond always answering it (`one_class_warning`).
@@ -209,8 +211,7 @@ def log_loss(labels, probabilities):
 def selection_score(report, metric):
     """`report`'s `metric` (one of its task's `BEST_METRICS`) as a score that
     is higher the better: a loss or an error negated."""
-    directions = {name: direction for metrics in BEST_METRICS.values() for name, direction in metrics.items()}
-    return report[metric] if directions[metric] == "max" else -report[metric]
+    return report[metric] if _DIRECTIONS[metric] == "max" else -report[metric]
 
 
 def score_keys(report):

@@ -19,6 +19,9 @@ from layers import (
 )
 from pipeline.tokenizer import SEP_ID
 
+# The name of the segment embedding, which a model of pairs of texts (`ModelConfig.segments`) has.
+SEGMENT_LAYER = "segment_embedding"
+
 
 def build_model(config):
     """Builds the classifier from int32 ids `(batch, length <= max_length)` to
@@ -112,7 +115,7 @@ def _encode(config, token_ids):
     padding_mask = embedding.compute_mask(token_ids)  # (batch, length)
     if config.segments > 1:
         x = x + SegmentEmbedding(
-            config.segments, config.hidden_size, SEP_ID, config.initializer_range, name="segment_embedding"
+            config.segments, config.hidden_size, SEP_ID, config.initializer_range, name=SEGMENT_LAYER
         )(token_ids)
     x = TimingSignal1D(name="timing_signal")(x)
     x = LayerNormalization(epsilon=config.layer_norm_epsilon, name="embedding_norm")(x)
@@ -132,6 +135,11 @@ def _encode(config, token_ids):
     )
     layer_outputs = encoder(x, mask=padding_mask)  # (batch, layers, length, hidden)
     return embedding, layer_outputs, padding_mask
+
+
+def takes_pairs(model):
+    """Whether a built model reads pairs of texts: it has a segment embedding."""
+    return any(layer.name == SEGMENT_LAYER for layer in model.layers)
 
 
 def model_internals(model, token_ids):
@@ -154,8 +162,8 @@ def model_internals(model, token_ids):
     embedding = model.get_layer("embedding")
     padding_mask = embedding.compute_mask(token_ids)  # (batch, length)
     x = embedding(token_ids)
-    if any(layer.name == "segment_embedding" for layer in model.layers):
-        x = x + model.get_layer("segment_embedding")(token_ids)
+    if takes_pairs(model):
+        x = x + model.get_layer(SEGMENT_LAYER)(token_ids)
     for name in ("timing_signal", "embedding_norm", "embedding_dropout"):
         x = model.get_layer(name)(x, training=False)
     layer_outputs, attention = model.get_layer("encoder")(

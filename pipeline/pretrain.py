@@ -33,7 +33,7 @@ from pipeline.dataset import distribute, learn_tokenizer, resolved_chinese_words
 from pipeline.files import atomic_write, open_text
 from pipeline.layout import CHECKPOINT_DIR, PRETRAIN_METRICS_FILE, VOCABULARY_FILE
 from pipeline.masking import masked_lm_dataset
-from pipeline.model import build_pretraining_model
+from pipeline.model import SEGMENT_LAYER, build_pretraining_model
 from pipeline.packing import padding_share
 from pipeline.readers import DataError
 from pipeline.strategy import (
@@ -52,7 +52,6 @@ from pipeline.trainer import Trainer, TrainingError, build_optimizer
 # Layers a classifier takes from a pre-trained run, by the names build_model gives them (with
 # model.segments, the segment embedding too).
 SHARED_LAYERS = ("embedding", "embedding_norm", "encoder")
-SEGMENT_LAYER = "segment_embedding"
 # Model fields that must match for those weights to fit.
 SHAPE_FIELDS = (
     "vocabulary_size",

@@ -165,16 +165,16 @@ class TextSource:
     def _rows(self, path, skipped):
         # Each text of a pair (data.text_pair_column; plain text has none) is a document of its own.
         plain = file_format(path, self.data_config.file_format) == "text"
-        pair_column = "" if plain else self.data_config.text_pair_column
+        columns = self.data_config.text_column if plain else self.data_config.text_columns
         rows = file_examples(
             path,
-            (self.data_config.text_column, pair_column) if pair_column else self.data_config.text_column,
+            columns,
             None,
             self.data_config.file_format,
             skipped if self.data_config.skip_bad_rows else None,
             blank_lines=self.join_lines,
         )
-        if not pair_column:
+        if not isinstance(columns, tuple):
             return rows
         return ((text, label, source) for pair, label, source in rows for text in pair)
 
