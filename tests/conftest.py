@@ -38,6 +38,17 @@ TINY_MODEL = {
 WORD_TOKENS = {"tokenizer": "word", "min_count": 1}
 
 
+def write_csv(path, rows, header):
+    """A CSV file of `rows` under `header`; returns its path as a string."""
+    import csv
+
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """`(train_path, test_path)` of 640 and 200 demo-corpus sentences."""

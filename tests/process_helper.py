@@ -1,7 +1,11 @@
 """Helpers of the tests that start several processes on 127.0.0.1."""
 
+import json
+import os
 import random
 import socket
+import subprocess
+import sys
 
 
 def free_ports(count):
@@ -36,3 +40,31 @@ def free_ports(count):
 def free_port():
     """One port of `free_ports`."""
     return free_ports(1)[0]
+
+
+# The export's serving signature, loaded in a process of its own, called with
+# the JSON object of its inputs (lists of strings) and printing its outputs
+# (strings decoded).
+_SERVE = (
+    "import json, sys; import tensorflow as tf, tensorflow_text; "
+    "serve = tf.saved_model.load(sys.argv[1]).signatures['serving_default']; "
+    "out = serve(**{name: tf.constant(texts) for name, texts in json.loads(sys.argv[2]).items()}); "
+    "strings = lambda value: value.numpy().astype(str) if value.dtype == tf.string else value.numpy(); "
+    "print(json.dumps({name: strings(value).tolist() for name, value in out.items()}))"
+)
+
+
+def serve_in_a_fresh_process(export, **inputs):
+    """The outputs (lists) of the SavedModel `export`'s `serving_default`
+    signature on `inputs` (`text=[...]`, and `text_pair=[...]` for pairs),
+    served by a new Python process, as a server would load it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, "-c", _SERVE, export, json.dumps(inputs)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)

@@ -5,8 +5,6 @@ refit, export, predict, a sweep and the XLA-compiled `--tpu` step."""
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,8 +17,8 @@ from pipeline.metrics import multi_label_report
 from pipeline.model_dir import load_run, restore_model
 from pipeline.readers import read_examples
 from pipeline.train import main as train_main
+from process_helper import serve_in_a_fresh_process
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILLERS = "the a room team day was and it we then".split()
 # A text is labelled with the topic of every topic word it holds (at least one).
 TOPICS = {"sport": ["ball", "goal"], "food": ["soup", "bread"], "music": ["song", "guitar"]}
@@ -98,18 +96,7 @@ def test_a_multi_label_run_learns_each_label_with_its_threshold_and_serves_the_l
     texts = [row["text"] for row in _rows(8, 2)]
     refit = restore_model(run)[0]
     expected = np.asarray(refit(tokenize(tokenizer, texts)))
-    code = (
-        "import json, sys; import tensorflow as tf, tensorflow_text; "
-        "serve = tf.saved_model.load(sys.argv[1]).signatures['serving_default']; "
-        "out = serve(text=tf.constant(json.loads(sys.argv[2]))); "
-        "print(json.dumps({k: v.numpy().tolist() for k, v in out.items()}))"
-    )
-    export = latest_export(os.path.join(run, "export"))
-    result = subprocess.run(
-        [sys.executable, "-c", code, export, json.dumps(texts)], cwd=ROOT, capture_output=True, text=True, timeout=180
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    served = json.loads(result.stdout)
+    served = serve_in_a_fresh_process(latest_export(os.path.join(run, "export")), text=texts)
     np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
     over = expected >= np.asarray([thresholds[name] for name in names])
     assert served["over_threshold"] == over.tolist()

@@ -2,23 +2,20 @@
 segment embedding, through reading, pre-training, training, the refit,
 export, predict and attention maps."""
 
-import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import TINY_MODEL, WORD_TOKENS
+from conftest import TINY_MODEL, WORD_TOKENS, write_csv
 from pipeline.dataset import tokenize
 from pipeline.model_dir import load_run, restore_model
 from pipeline.readers import DataError, read_examples
 from pipeline.tokenizer import CLS_ID, SEP_ID, Tokenizer
 from pipeline.train import main as train_main
+from process_helper import serve_in_a_fresh_process
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILLERS = "the a room team day was and it we then".split()
 COLORS = ["red", "blue", "green", "gold"]
 TINY = {
@@ -46,11 +43,7 @@ def _rows(count, seed):
 
 
 def _write(path, rows, header=("premise", "hypothesis", "label")):
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return str(path)
+    return write_csv(path, rows, header)
 
 
 @pytest.fixture(scope="module")
@@ -107,19 +100,9 @@ def test_a_pair_task_pretrains_learns_which_text_says_what_and_serves_pairs(tmp_
     rows = _rows(6, 2)
     pairs = [(a, b) for a, b, _ in rows]
     expected = np.asarray(restore_model(run)[0](tokenize(tokenizer, pairs)))
-    code = (
-        "import json, sys; import tensorflow as tf, tensorflow_text; "
-        "serve = tf.saved_model.load(sys.argv[1]).signatures['serving_default']; "
-        "texts, pairs = zip(*json.loads(sys.argv[2])); "
-        "out = serve(text=tf.constant(texts), text_pair=tf.constant(pairs)); "
-        "print(json.dumps(out['probabilities'].numpy().tolist()))"
-    )
-    export = latest_export(os.path.join(run, "export"))
-    result = subprocess.run(
-        [sys.executable, "-c", code, export, json.dumps(pairs)], cwd=ROOT, capture_output=True, text=True, timeout=180
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    np.testing.assert_allclose(json.loads(result.stdout), expected, atol=1e-5)
+    texts, text_pairs = map(list, zip(*pairs))
+    served = serve_in_a_fresh_process(latest_export(os.path.join(run, "export")), text=texts, text_pair=text_pairs)
+    np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
 
     lines = tmp_path / "pairs.tsv"
     lines.write_text("".join(f"{a}\t{b}\n" for a, b in pairs))

@@ -2,23 +2,20 @@
 through training, the held-out slice, the refit, members, export, predict
 and a sweep."""
 
-import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import TINY_MODEL, WORD_TOKENS
+from conftest import TINY_MODEL, WORD_TOKENS, write_csv
 from pipeline.config import Config
 from pipeline.dataset import hold_out, tokenize
 from pipeline.model_dir import load_run, restore_model
 from pipeline.readers import DataError, read_examples
 from pipeline.train import main as train_main
+from process_helper import serve_in_a_fresh_process
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILLERS = "the a room food team day was and it we".split()
 # Each word's share of a text's score; the score is 50 + 5 x their sum: far from 0 and not unit-sized, so
 # the head must learn it standardized.
@@ -48,12 +45,8 @@ def _texts_and_scores(count, seed):
     return rows
 
 
-def _write(path, rows, header=("text", "score")):
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return str(path)
+def _write(path, rows):
+    return write_csv(path, rows, ("text", "score"))
 
 
 @pytest.fixture(scope="module")
@@ -67,20 +60,6 @@ def scored(tmp_path_factory):
         _write(directory / "test.csv", _texts_and_scores(200, 1)),
         str(config),
     )
-
-
-def _serve_in_a_fresh_process(export, texts):
-    code = (
-        "import json, sys; import tensorflow as tf, tensorflow_text; "
-        "serve = tf.saved_model.load(sys.argv[1]).signatures['serving_default']; "
-        "out = serve(text=tf.constant(json.loads(sys.argv[2]))); "
-        "print(json.dumps({k: v.numpy().tolist() for k, v in out.items()}))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code, export, json.dumps(texts)], cwd=ROOT, capture_output=True, text=True, timeout=180
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
 
 
 @pytest.mark.slow
@@ -115,7 +94,7 @@ def test_a_regression_learns_scores_keeps_its_epoch_on_them_refits_and_serves_th
         assert json.load(f)["score"] == pytest.approx(report["members"][0]["validation"]["spearman"], abs=1e-6)
 
     texts = [row[0] for row in _texts_and_scores(8, 2)]
-    served = _serve_in_a_fresh_process(latest_export(os.path.join(run, "export")), texts)
+    served = serve_in_a_fresh_process(latest_export(os.path.join(run, "export")), text=texts)
     assert list(served) == ["score"]
     models = [restore_model(directory)[0] for directory in (run, os.path.join(run, "members", "2"))]
     mean = np.mean([np.asarray(model(tokenize(tokenizer, texts)))[:, 0] for model in models], axis=0)
