@@ -7,7 +7,8 @@ from disk) where you pick a sentence, a layer and a head (or the mean of all
 heads), hover or click a token to see where it attends, and read the
 token-to-token heat map and the predicted probabilities; and one PNG per
 sentence and layer (a grid of heads) for reports. It uses only the exported
-SavedModel's `attention` signature.
+SavedModel's `attention` signature. For a model of pairs of texts, each
+sentence is its two texts, tab-separated.
 """
 
 import argparse
@@ -129,7 +130,9 @@ def main(argv=None):
     )
     parser.add_argument("--model", required=True, help="export directory (or a version in it), or a model directory")
     parser.add_argument("--out", required=True, help="directory for attention.html and the PNGs")
-    parser.add_argument("sentences", nargs="+", help="sentences to show")
+    parser.add_argument(
+        "sentences", nargs="+", help="sentences to show (of a model of pairs of texts: two texts, tab-separated)"
+    )
     args = parser.parse_args(argv)
     try:
         maps = attention_maps(args.model, args.sentences)
