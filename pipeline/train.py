@@ -642,6 +642,103 @@ def _print_skipped(skipped):
             print(f"skipped {count} {split} row(s): {reason}")
 
 
+# pipeline.train's flags of config fields; DATA_FLAGS are what a sweep takes too.
+FLAGS = {  # flag: (config section, field, type)
+    "task": ("data", "task", str),
+    "label-delimiter": ("data", "label_delimiter", str),
+    "text-column": ("data", "text_column", str),
+    "text-pair-column": ("data", "text_pair_column", str),
+    "label-column": ("data", "label_column", str),
+    "tokenizer": ("data", "tokenizer", str),
+    "chinese-words": ("data", "chinese_words", str),
+    "max-length": ("model", "max_length", int),
+    "pooling": ("model", "pooling", str),
+    "epochs": ("train", "epochs", int),
+    "patience": ("train", "patience", int),
+    "batch-size": ("train", "batch_size", int),
+    "learning-rate": ("optimizer", "learning_rate", float),
+    "seed": ("train", "seed", int),
+    "pretrain-epochs": ("train", "pretrain_epochs", int),
+    "validation-split": ("train", "validation_split", float),
+    "members": ("train", "members", int),
+    "best-metric": ("train", "best_metric", str),
+    "class-weight": ("train", "class_weight", str),
+    "pretrain-learning-rate": ("pretrain", "learning_rate", float),
+    "pretrain-batch-size": ("pretrain", "batch_size", int),
+    "pretrain-steps": ("pretrain", "steps", int),
+    "unlabelled": ("pretrain", "unlabelled", str),
+    "steps-per-execution": ("train", "steps_per_execution", int),
+    "checkpoint-every": ("train", "checkpoint_every", int),
+    "precision": ("train", "precision", str),
+}
+DATA_FLAGS = [flag for flag, (section, _, _) in FLAGS.items() if section == "data"]
+NOTES = {
+    "task": "classification (a class per text), multi_label (any number of labels per text; --multi-label) "
+    "or regression (a number per text, predicted as a score); ",
+    "label-delimiter": "what separates a multi_label row's labels in CSV and TSV; ",
+    "text-pair-column": "the column of a pair's second text, packed as [CLS] text [SEP] pair [SEP]; ",
+    "tokenizer": "wordpiece or word; ",
+    "chinese-words": "auto, on or off: Chinese as the words jieba finds in training, not characters; ",
+    "max-length": "0 derives it from the training data; ",
+    "pooling": "the head's: mean, flatten (the source design's) or first; ",
+    "epochs": "0 derives them: enough for train.min_steps steps, at least 3; ",
+    "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
+    "patience": "stop after this many epochs without a better validation score, 0 = never; ",
+    "validation-split": "fraction of --train held out to keep the best epoch on, 0 = keep it on --eval; ",
+    "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
+    "best-metric": "the validation score that keeps the epoch: loss (the lowest), accuracy or macro_f1; ",
+    "class-weight": "the classes' weights in the loss: none, balanced, or NAME:WEIGHT,...; ",
+    "pretrain-learning-rate": "masked-LM's peak learning rate; ",
+    "pretrain-batch-size": "sequences per masked-LM step; ",
+    "pretrain-steps": "masked-LM optimizer steps in place of the --pretrain-epochs passes, 0 = epochs; ",
+    "unlabelled": "files of unlabelled text, streamed into the pre-training with the training texts, the "
+    "vocabulary learned from both: path, glob or comma-separated list of plain text (a text a line) or of any "
+    "--train format, labels ignored; ",
+    "steps-per-execution": "training steps per host round trip (--tpu: 200); ",
+    "precision": "auto, float32 or mixed_bfloat16; ",
+}
+
+
+def add_flags(parser, flags):
+    """Adds `flags` (names of `FLAGS`) to `parser`, with --skip-bad-rows and,
+    where --task is among them, --multi-label."""
+    for flag in flags:
+        section, field, kind = FLAGS[flag]
+        default = getattr(getattr(Config(), section), field)
+        parser.add_argument(
+            f"--{flag}",
+            type=kind,
+            help=f"{section}.{field} ({NOTES.get(flag, '')}default {'none' if default == '' else default})",
+        )
+    parser.add_argument(
+        "--skip-bad-rows", action="store_true", help="skip and count bad rows instead of stopping at the first"
+    )
+    if "task" in flags:
+        parser.add_argument(
+            "--multi-label",
+            action="store_true",
+            help="--task multi_label: each row's label is a list (a;b in CSV and TSV, a JSON list in JSON Lines, "
+            "several values in TFRecord); the export answers with the labels over their thresholds",
+        )
+
+
+def flag_overrides(parser, args, flags):
+    """The config overrides (`{section: {field: value}}`) of the `add_flags` flags given."""
+    values = {}
+    for flag in flags:
+        section, field, _ = FLAGS[flag]
+        value = getattr(args, flag.replace("-", "_"))
+        if value is not None:
+            values.setdefault(section, {})[field] = value
+    if args.skip_bad_rows:
+        values.setdefault("data", {})["skip_bad_rows"] = True
+    if getattr(args, "multi_label", False):
+        if values.get("data", {}).get("task", "multi_label") != "multi_label":
+            parser.error(f"--multi-label is --task multi_label, not {values['data']['task']}")
+        values.setdefault("data", {})["task"] = "multi_label"
+    return values
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -679,75 +776,7 @@ def parse_args(argv=None):
         help="a pipeline.train or pipeline.pretrain directory: use its "
         "vocabulary instead of learning one (members of an ensemble must share it)",
     )
-    flags = {  # flag: (config section, field, type)
-        "task": ("data", "task", str),
-        "label-delimiter": ("data", "label_delimiter", str),
-        "text-column": ("data", "text_column", str),
-        "text-pair-column": ("data", "text_pair_column", str),
-        "label-column": ("data", "label_column", str),
-        "tokenizer": ("data", "tokenizer", str),
-        "chinese-words": ("data", "chinese_words", str),
-        "max-length": ("model", "max_length", int),
-        "pooling": ("model", "pooling", str),
-        "epochs": ("train", "epochs", int),
-        "patience": ("train", "patience", int),
-        "batch-size": ("train", "batch_size", int),
-        "learning-rate": ("optimizer", "learning_rate", float),
-        "seed": ("train", "seed", int),
-        "pretrain-epochs": ("train", "pretrain_epochs", int),
-        "validation-split": ("train", "validation_split", float),
-        "members": ("train", "members", int),
-        "best-metric": ("train", "best_metric", str),
-        "class-weight": ("train", "class_weight", str),
-        "pretrain-learning-rate": ("pretrain", "learning_rate", float),
-        "pretrain-batch-size": ("pretrain", "batch_size", int),
-        "pretrain-steps": ("pretrain", "steps", int),
-        "unlabelled": ("pretrain", "unlabelled", str),
-        "steps-per-execution": ("train", "steps_per_execution", int),
-        "checkpoint-every": ("train", "checkpoint_every", int),
-        "precision": ("train", "precision", str),
-    }
-    notes = {
-        "task": "classification (a class per text), multi_label (any number of labels per text; --multi-label) "
-        "or regression (a number per text, predicted as a score); ",
-        "label-delimiter": "what separates a multi_label row's labels in CSV and TSV; ",
-        "text-pair-column": "the column of a pair's second text, packed as [CLS] text [SEP] pair [SEP]; ",
-        "tokenizer": "wordpiece or word; ",
-        "chinese-words": "auto, on or off: Chinese as the words jieba finds in training, not characters; ",
-        "max-length": "0 derives it from the training data; ",
-        "pooling": "the head's: mean, flatten (the source design's) or first; ",
-        "epochs": "0 derives them: enough for train.min_steps steps, at least 3; ",
-        "pretrain-epochs": "masked-LM epochs on the training texts first, 0 = none; ",
-        "patience": "stop after this many epochs without a better validation score, 0 = never; ",
-        "validation-split": "fraction of --train held out to keep the best epoch on, 0 = keep it on --eval; ",
-        "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
-        "best-metric": "the validation score that keeps the epoch: loss (the lowest), accuracy or macro_f1; ",
-        "class-weight": "the classes' weights in the loss: none, balanced, or NAME:WEIGHT,...; ",
-        "pretrain-learning-rate": "masked-LM's peak learning rate; ",
-        "pretrain-batch-size": "sequences per masked-LM step; ",
-        "pretrain-steps": "masked-LM optimizer steps in place of the --pretrain-epochs passes, 0 = epochs; ",
-        "unlabelled": "files of unlabelled text, streamed into the pre-training with the training texts, the "
-        "vocabulary learned from both: path, glob or comma-separated list of plain text (a text a line) or of any "
-        "--train format, labels ignored; ",
-        "steps-per-execution": "training steps per host round trip (--tpu: 200); ",
-        "precision": "auto, float32 or mixed_bfloat16; ",
-    }
-    for flag, (section, field, kind) in flags.items():
-        default = getattr(getattr(Config(), section), field)
-        parser.add_argument(
-            f"--{flag}",
-            type=kind,
-            help=f"{section}.{field} ({notes.get(flag, '')}default {'none' if default == '' else default})",
-        )
-    parser.add_argument(
-        "--skip-bad-rows", action="store_true", help="skip and count bad rows instead of stopping at the first"
-    )
-    parser.add_argument(
-        "--multi-label",
-        action="store_true",
-        help="--task multi_label: each row's label is a list (a;b in CSV and TSV, a JSON list in JSON Lines, "
-        "several values in TFRecord); the export answers with the labels over their thresholds",
-    )
+    add_flags(parser, FLAGS)
     parser.add_argument(
         "--refit",
         action=argparse.BooleanOptionalAction,
@@ -756,17 +785,7 @@ def parse_args(argv=None):
         f"(default {Config().train.refit}; with --validation-split 0 it trains on --eval too)",
     )
     args = parser.parse_args(argv)
-    values = {}
-    for flag, (section, field, _) in flags.items():
-        value = getattr(args, flag.replace("-", "_"))
-        if value is not None:
-            values.setdefault(section, {})[field] = value
-    if args.skip_bad_rows:
-        values.setdefault("data", {})["skip_bad_rows"] = True
-    if args.multi_label:
-        if values.get("data", {}).get("task", "multi_label") != "multi_label":
-            parser.error(f"--multi-label is --task multi_label, not {values['data']['task']}")
-        values.setdefault("data", {})["task"] = "multi_label"
+    values = flag_overrides(parser, args, FLAGS)
     if args.refit is not None:
         values.setdefault("train", {})["refit"] = args.refit
     return args, values

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import WORD_TOKENS
-from pipeline.config import Config
+from pipeline.config import Config, override
 from pipeline.dataset import learn_tokenizer, read_split
 from pipeline.demo_corpus import generate, write_demo_corpus
 from pipeline.layout import CHECKPOINT_DIR
@@ -27,7 +27,7 @@ from pipeline.train import prepare_data
 from process_helper import free_port
 from tuning.hypermodel import ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle
 from tuning.search_space import SEARCH_SPACE, narrow, sample
-from tuning.sweep import run_sweep
+from tuning.sweep import parse_args, run_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = {
@@ -500,3 +500,32 @@ def test_a_trial_started_just_before_a_kill_runs_again(tmp_path, monkeypatch, ki
     assert trial.trial_id == started[0]["trial_id"] and trial.status == "RUNNING"
     assert trial.hyperparameters.values == started[0]["hyperparameters"]["values"]
     assert sorted(resumed.trials) == sorted([done.trial_id, trial.trial_id])
+
+
+def test_the_sweep_takes_the_task_and_column_flags_of_pipeline_train(tmp_path, capsys):
+    argv = ["--directory", str(tmp_path), "--epochs", "2", "--multi-label", "--label-delimiter", "|"]
+    argv += [
+        "--text-column",
+        "premise",
+        "--text-pair-column",
+        "hypothesis",
+        "--label-column",
+        "tags",
+        "--skip-bad-rows",
+    ]
+    _, overrides = parse_args(argv)
+    assert overrides == {
+        "data": {
+            "task": "multi_label",
+            "label_delimiter": "|",
+            "text_column": "premise",
+            "text_pair_column": "hypothesis",
+            "label_column": "tags",
+            "skip_bad_rows": True,
+        },
+        "train": {"epochs": 2},
+    }
+    assert override(Config(), overrides).model.segments == 2  # the pair column packs two segments
+    with pytest.raises(SystemExit):
+        parse_args(["--directory", str(tmp_path), "--task", "regression", "--multi-label"])
+    assert "--multi-label is --task multi_label, not regression" in capsys.readouterr().err

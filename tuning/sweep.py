@@ -3,10 +3,12 @@
     python -m tuning.sweep --train FILES --eval FILES --directory DIR \\
         --tuner {random,hyperband,bayesian} [--max-trials N] \\
         [--objective val_accuracy|val_macro_f1|val_loss] [--space FILE|JSON] [--tpu [NAME|local]] [--export-best]
+        [--task TASK | --multi-label] [--text-pair-column NAME] [--label-column NAME] ...
 
-A regression (--task regression) ranks its trials by val_rmse, or by
---objective val_pearson, val_spearman or val_loss; a multi-label task
-(--task multi_label) by val_micro_f1, or val_macro_f1 or val_loss.
+The task and the columns are pipeline.train's flags. A regression (--task
+regression) ranks its trials by val_rmse, or by --objective val_pearson,
+val_spearman or val_loss; a multi-label task (--multi-label) by
+val_micro_f1, or val_macro_f1 or val_loss.
 
 Trials keep their best epoch on, and are scored on, --eval: give it a
 validation set, not the test split (train.validation_split and train.refit
@@ -34,7 +36,7 @@ from pipeline.layout import EXPORT_DIR, TRIALS_DIR
 from pipeline.model_dir import restore_model
 from pipeline.readers import DataError
 from pipeline.strategy import TPUUnavailableError, configure_runtime, resolve_strategy, run_config
-from pipeline.train import data_paths, prepare_data
+from pipeline.train import DATA_FLAGS, add_flags, data_paths, flag_overrides, prepare_data
 from tuning.hypermodel import OBJECTIVES, ClassifierHyperModel, SweepTuner, Vocabularies, make_oracle, objectives
 from tuning.search_space import SEARCH_SPACE, narrow
 
@@ -168,7 +170,8 @@ def _space_overrides(value):
         raise ValueError(f"--space {value}: neither a JSON file nor JSON text ({error})") from None
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """`(args, config overrides)` of the command line."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -188,9 +191,6 @@ def main(argv=None):
         help="the trials' ranking score (default val_accuracy; a multi-label task's val_micro_f1, a regression's "
         "val_rmse)",
     )
-    parser.add_argument(
-        "--task", help="data.task, as pipeline.train: classification (the default), multi_label or regression"
-    )
     parser.add_argument("--config", help="JSON file of base config overrides, as pipeline.train")
     parser.add_argument("--epochs", type=int, help="epochs per trial (hyperband: the most per trial)")
     parser.add_argument(
@@ -205,14 +205,20 @@ def main(argv=None):
     )
     parser.add_argument("--tpu", nargs="?", const="local", help="run trials on a TPU, as pipeline.train")
     parser.add_argument("--export-best", action="store_true", help="export the best trial to DIR/export")
+    add_flags(parser, DATA_FLAGS)  # the task and the columns, as pipeline.train
     args = parser.parse_args(argv)
+    overrides = flag_overrides(parser, args, DATA_FLAGS)
+    if args.epochs:
+        overrides["train"] = {"epochs": args.epochs}
+    if args.unlabelled:
+        overrides["pretrain"] = {"unlabelled": args.unlabelled}
+    return args, overrides
+
+
+def main(argv=None):
+    args, overrides = parse_args(argv)
     try:
         strategy = resolve_strategy(args.tpu)
-        overrides = {"train": {"epochs": args.epochs}} if args.epochs else {}
-        if args.task:
-            overrides["data"] = {"task": args.task}
-        if args.unlabelled:
-            overrides["pretrain"] = {"unlabelled": args.unlabelled}
         config = run_config(args.config, overrides, strategy, args.tpu)
         run_sweep(
             config,
