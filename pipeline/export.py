@@ -62,7 +62,10 @@ class ServingModule(tf.Module):
         self.label_names = tf.Variable(list(label_names), trainable=False, name="label_names")
 
     def _ids(self, text, text_pair=None):
-        return self.tokenizer(text) if text_pair is None else self.tokenizer.pair(text, text_pair)
+        # The tokenizer's one traced function, which both signatures (and training's input) call.
+        if text_pair is None:
+            return self.tokenizer.traced()(text)
+        return self.tokenizer.traced(pairs=True)(text, text_pair)
 
     def serve(self, text, text_pair=None):
         ids = self._ids(text, text_pair)
