@@ -1,7 +1,8 @@
 """Regression, multi-label and pairs of texts on public corpora, side by side with TF-IDF and keras-hub's ALBERT.
 
     .venv/bin/pip install -e ".[bench]"
-    .venv/bin/python bench/tasks.py [--corpora sentiment_scores,debian_tags_5000,chatbot_replies] [--cache bench/cache]
+    .venv/bin/python bench/tasks.py [--corpora sentiment_scores_5000,debian_tags_5000,chatbot_replies_5000]
+                                    [--cache bench/cache]
 
 One corpus per task, each fetched once into the cache (benchmarks only)
 and split 80/20 with seed 0, each text (or pair) once:
@@ -10,7 +11,8 @@ and split 80/20 with seed 0, each text (or pair) once:
   snippets of movie reviews, Amazon reviews and New York Times editorials),
   each scored by the mean of 20 raters' sentiment from -4 to 4: the ground
   truth of the VADER paper, `additional_resources/hutto_ICWSM_2014.tar.gz`
-  of `vaderSentiment` 3.3.2's source archive on PyPI;
+  of `vaderSentiment` 3.3.2's source archive on PyPI; `sentiment_scores_5000`:
+  5,000 of its training split, on the same test split;
 - `debian_tags`, multi-label: Debian 12's package descriptions (the short
   and the long one, `Translation-en`) with their debtags (`Packages`),
   every tag given to at least 100 distinct descriptions, from
@@ -22,7 +24,11 @@ and split 80/20 with seed 0, each text (or pair) once:
   to it (`reply`), and with a reply from another conversation of the same
   topic file (`other`), split by the first text. Reply selection, as
   question/answer matching is scored: no entailment or paraphrase corpus
-  ships on PyPI or in Debian that this project found.
+  ships on PyPI or in Debian that this project found; `chatbot_replies_5000`:
+  5,000 of its training pairs, on the same test split.
+
+The results file keeps the latest figures of every corpus run, each run
+replacing its corpora's.
 
 Arms: TF-IDF (word 1-2 grams and character 2-5 grams, as bench/accuracy.py)
 with ridge regression, one logistic regression per label, or logistic
@@ -224,9 +230,11 @@ def subset(corpus, size):
 
 CORPORA = {
     "sentiment_scores": ("regression", sentiment_scores),
+    "sentiment_scores_5000": ("regression", subset(sentiment_scores, 5000)),
     "debian_tags": ("multi_label", debian_tags),
     "debian_tags_5000": ("multi_label", subset(debian_tags, 5000)),
     "chatbot_replies": ("pairs", chatbot_replies),
+    "chatbot_replies_5000": ("pairs", subset(chatbot_replies, 5000)),
 }
 OVERRIDES = {
     "regression": {"data": {"task": "regression"}},
@@ -483,6 +491,7 @@ def main():
             figures["keras-hub AlbertClassifier"] = {**scored(task, test_labels, outputs, baseline), **facts}
             print(json.dumps(figures["keras-hub AlbertClassifier"]), flush=True)
         results[name] = figures
+        write_results({**_written(args.out), **results}, args.out)  # each corpus as it ends, beside earlier ones
     print(f"\n{'corpus':<20}{'arm':<28}{'score':<26}{'seconds':>8}   minus TF-IDF, 95% interval")
     for name, figures in results.items():
         for arm, value in figures.items():
@@ -496,7 +505,14 @@ def main():
                 else "   {:+.4f} [{:+.4f}, {:+.4f}]".format(versus["difference"], *versus["interval95"])
             )
             print(f"{name:<20}{arm:<28}{metric + f' {value[metric]:.4f}':<26}{value['seconds']:>8.0f}{versus}")
-    write_results(results, args.out)
+
+
+def _written(path):
+    # The corpora of an earlier run's results, which a run of other corpora keeps.
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 if __name__ == "__main__":
