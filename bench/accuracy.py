@@ -81,9 +81,10 @@ def fetch_corpus(cache):
 
 
 def read(path):
+    """`(texts, labels)` of a split's CSV: a pair's texts (a `text_pair` column) as tuples."""
     with open(path, encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
-    return [r["text"] for r in rows], [r["label"] for r in rows]
+    return [(r["text"], r["text_pair"]) if "text_pair" in r else r["text"] for r in rows], [r["label"] for r in rows]
 
 
 def validation_cut(size):
@@ -91,22 +92,28 @@ def validation_cut(size):
     return int(0.9 * size)
 
 
-def tfidf_logistic_regression(train_path, test_path):
+def tfidf_features():
+    """The TF-IDF arms' features: word 1-2 grams and character 2-5 grams, unfitted."""
     from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.pipeline import make_union
+
+    return make_union(
+        TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
+        TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True),
+    )
+
+
+def tfidf_logistic_regression(train_path, test_path):
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, f1_score
-    from sklearn.pipeline import make_pipeline, make_union
+    from sklearn.pipeline import make_pipeline
 
     texts, labels = read(train_path)
     test_texts, test_labels = read(test_path)
     cut = validation_cut(len(texts))
 
     def model(c):
-        features = make_union(
-            TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
-            TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True),
-        )
-        return make_pipeline(features, LogisticRegression(C=c, max_iter=2000))
+        return make_pipeline(tfidf_features(), LogisticRegression(C=c, max_iter=2000))
 
     scores = {
         c: accuracy_score(labels[cut:], model(c).fit(texts[:cut], labels[:cut]).predict(texts[cut:]))

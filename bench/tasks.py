@@ -59,7 +59,7 @@ import time
 import urllib.request
 import zipfile
 
-from accuracy import compare, keras_hub_albert, validation_cut
+from accuracy import compare, keras_hub_albert, read, tfidf_features, validation_cut, validation_split
 from common import write_results
 from corpora import _download
 
@@ -243,14 +243,6 @@ OVERRIDES = {
 }
 
 
-def read(path):
-    """`(texts, labels)` of a split: a pair's texts as tuples."""
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f))
-    texts = [(r["text"], r["text_pair"]) if "text_pair" in r else r["text"] for r in rows]
-    return texts, [r["label"] for r in rows]
-
-
 def indicators(labels, names):
     """0/1 `(len(labels), len(names))` of `;`-joined label lists."""
     column = {name: i for i, name in enumerate(names)}
@@ -263,13 +255,8 @@ def indicators(labels, names):
 
 def _features(texts, pairs):
     from scipy.sparse import csr_matrix, hstack
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.pipeline import make_union
 
-    union = make_union(
-        TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
-        TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True),
-    )
+    union = tfidf_features()
     if not pairs:
         return union.fit(texts).transform
     union.fit([text for pair in texts for text in pair])
@@ -368,9 +355,7 @@ def keras_hub(task, train_path, test_path, run_directory, seconds, cache):
         return outputs, {key: result[key] for key in ("epochs", "batch_size", "learning_rate")}
     texts, labels = read(train_path)
     cut = validation_cut(len(texts))
-    fit_path, held_out_path = os.path.join(cache, "fit.csv"), os.path.join(cache, "held_out.csv")
-    _write(fit_path, ["text", "label"], zip(texts[:cut], labels[:cut]))
-    _write(held_out_path, ["text", "label"], zip(texts[cut:], labels[cut:]))
+    fit_path, held_out_path = validation_split(train_path, cache)
     result = trained(fit_path, [held_out_path, test_path])
     names, probabilities = result["names"], result["outputs"]
     thresholds = best_thresholds(indicators(labels[cut:], names), probabilities[: len(texts) - cut])
