@@ -193,6 +193,10 @@ class TrainConfig:
     # After keeping an epoch, train again from the same start on all the examples up to that epoch and
     # export that, as TF-IDF + logistic regression is refit after choosing its C.
     refit: bool = True
+    # The refit's learning-rate schedule: "kept" (warm-up and decay planned anew for the kept epochs, ending
+    # at 0) or "run" (the run's, planned for train.epochs, up to the kept epoch: early stopping leaves it
+    # near its peak).
+    refit_schedule: str = "kept"
 
     @property
     def holds_out(self):
@@ -219,6 +223,8 @@ class TrainConfig:
             parse_class_weights(self.class_weight)
         if not 0 <= self.validation_split < 1:
             raise ValueError(f"train.validation_split must be at least 0 and under 1, got {self.validation_split}")
+        if self.refit_schedule not in ("run", "kept"):
+            raise ValueError(f"train.refit_schedule must be run or kept, got {self.refit_schedule!r}")
 
 
 @dataclasses.dataclass
@@ -243,6 +249,9 @@ class PretrainConfig:
     # Optimizer steps of masked-LM training; 0 runs train.epochs passes instead, which a corpus larger than
     # data.sample_size must first read whole to count.
     steps: int = 0
+    # The fewest optimizer steps those passes give masked-LM training: a small corpus takes more of them (7
+    # epochs of 600 tweets are 63 steps, which left masked-token accuracy at 0.09; 1,000 reached 0.26).
+    min_steps: int = 1000
     # What a document is: "line" (each line or row, as classification texts are) or "blank_line" (plain text
     # whose documents end at a blank line, as BERT's and ALBERT's pre-training files are). A document's lines
     # are packed into sequences of up to max_length tokens; a longer line fills several.
@@ -259,8 +268,9 @@ class PretrainConfig:
         for name in ("batch_size", "max_predictions", "shuffle_buffer"):
             if getattr(self, name) < 1:  # refused when the config is read, before any work
                 raise ValueError(f"pretrain.{name} must be 1 or more, got {getattr(self, name)}")
-        if self.steps < 0:
-            raise ValueError(f"pretrain.steps must be 0 (train.epochs passes) or more, got {self.steps}")
+        for name in ("steps", "min_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"pretrain.{name} must be 0 or more, got {getattr(self, name)}")
         if self.documents not in ("line", "blank_line"):
             raise ValueError(f"pretrain.documents must be line or blank_line, got {self.documents!r}")
 

@@ -9,7 +9,8 @@ local or gs://, each host reading its own. The vocabulary is learned as
 `pipeline.train` learns it, from a sample of data.sample_size texts (or
 taken from another run); the lines of a document are packed into sequences
 of up to max_length tokens; and the encoder learns to predict masked tokens
-for `train.pretrain_epochs` passes (or `--epochs`), or for `--steps` steps,
+for `train.pretrain_epochs` passes (or `--epochs`; more where they would be
+fewer than `--min-steps` steps), or for `--steps` steps,
 with the same strategies, host loops, checkpoints and resume as training.
 Memory does not grow with the corpus. Then
 
@@ -83,6 +84,7 @@ UNREAD_FIELDS = {
         "pretrain_epochs",
         "members",
         "refit",
+        "refit_schedule",
         "validation_split",
         "class_weight",
     ),
@@ -196,15 +198,18 @@ def masked_lm_configs(config):
 
 def _plan(config, sequences):
     # `(sequences per epoch, epochs)`: pretrain.steps in one epoch, or
-    # train.epochs passes, counted once where the corpus is not cached.
+    # train.epochs passes (more where pretrain.min_steps needs them),
+    # counted once where the corpus is not cached.
     if config.pretrain.steps:
         return config.pretrain.steps * config.pretrain.batch_size, 1
-    if sequences.cached:
-        return sequences.count, config.train.epochs
-    print(f"Counting the sequences of one pass for {config.train.epochs} epochs (pretrain.steps needs no count)")
+    if not sequences.cached:
+        print(f"Counting the sequences of one pass for {config.train.epochs} epochs (pretrain.steps needs no count)")
     count = raising_data_errors(lambda: sequences.count)
-    print(f"{count} sequences a pass: {count // config.pretrain.batch_size} steps an epoch")
-    return count, config.train.epochs
+    steps_per_epoch = max(1, count // config.pretrain.batch_size)
+    epochs = max(config.train.epochs, -(-config.pretrain.min_steps // steps_per_epoch))
+    more = f", raised from {config.train.epochs} to reach pretrain.min_steps" if epochs > config.train.epochs else ""
+    print(f"{count} sequences a pass: {steps_per_epoch} steps an epoch, {epochs} epoch{'s' * (epochs != 1)}{more}")
+    return count, epochs
 
 
 def _print_start(config, source, sequences, sampled, padding, strategy):
@@ -420,7 +425,7 @@ def main(argv=None):
         "--epochs",
         type=int,
         help=f"masked-LM epochs (default train.pretrain_epochs, {Config().train.pretrain_epochs}, "
-        "as pipeline.train's own pre-training)",
+        "as pipeline.train's own pre-training; more where --min-steps needs them)",
     )
     parser.add_argument(
         "--batch-size",
@@ -437,6 +442,12 @@ def main(argv=None):
         type=int,
         help="masked-LM optimizer steps, pretrain.steps, instead of epochs (a corpus larger than "
         "data.sample_size needs no counting pass then)",
+    )
+    parser.add_argument(
+        "--min-steps",
+        type=int,
+        help=f"the fewest masked-LM optimizer steps the epochs give, pretrain.min_steps (default "
+        f"{Config().pretrain.min_steps}): a small corpus gets more epochs; 0 keeps --epochs",
     )
     parser.add_argument(
         "--documents",
@@ -462,6 +473,7 @@ def main(argv=None):
         ("learning_rate", "pretrain", "learning_rate"),
         ("max_predictions", "pretrain", "max_predictions"),
         ("steps", "pretrain", "steps"),
+        ("min_steps", "pretrain", "min_steps"),
         ("documents", "pretrain", "documents"),
         ("sample_size", "data", "sample_size"),
     ]:

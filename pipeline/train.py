@@ -7,8 +7,9 @@ again with the same command, it resumes from its last checkpoint. It holds
 out --validation-split of the training examples (10%, stratified) to keep
 the best epoch on, pre-trains on the other training texts (and on
 --unlabelled files of text, streamed) for --pretrain-epochs masked-LM
-epochs or --pretrain-steps steps (as pipeline.pretrain does, in
-DIR/pretrain; 0 epochs trains from scratch), fine-tunes the classifier from that
+epochs, at least --pretrain-min-steps steps, or for --pretrain-steps steps
+(as pipeline.pretrain does, in DIR/pretrain; 0 epochs trains from scratch),
+fine-tunes the classifier from that
 (for --epochs, by default enough for train.min_steps steps, stopping after
 train.patience epochs without a better held-out score), then trains it
 again from the same start on all the training examples up to the kept
@@ -403,25 +404,28 @@ def refit(config, model_dir, data, names, tpu, strategy, init_from=None, vocabul
     it kept.
 
     From the run's start: `init_from`'s pre-training (with the run's
-    `vocabulary`), or without one the initialization of the run's seed. The
-    learning-rate schedule spans `train.epochs` over all those examples, and
-    training stops after the epoch the run kept (`best_epoch.json`), as that
-    run's schedule stood there. In `model_dir/refit`, resumed or found done
+    `vocabulary`), or without one the initialization of the run's seed.
+    Training stops after the epoch the run kept (`best_epoch.json`); the
+    learning-rate schedule spans `train.epochs` over all those examples, as
+    the run's stood there, or with `train.refit_schedule` "kept" the kept
+    epochs, decaying to 0 at their end. In `model_dir/refit`, resumed or found done
     like the run. Returns the model and a summary of the refit for
     `metrics.json`.
     """
     epochs = run_dir.kept_epoch(output_dir(model_dir, strategy))
     directory = os.path.join(model_dir, REFIT_DIR)
     configure_runtime(config, tpu)  # the run's seeds again: from scratch, its initialization
+    schedule = "planned for those" if config.train.refit_schedule == "kept" else "the run's"
     print(
         f"Refit: {epochs} of {config.train.epochs} epoch(s) on {len(data)} training and validation "
-        f"examples in {directory}"
+        f"examples in {directory}, the learning rate {schedule}"
     )
     with strategy.scope():
         model = build_model(config.model)
         if init_from:  # a resumed refit's checkpoint then overrides these
             initialize_from(model, init_from, config.model, vocabulary)
-        steps = len(data) // config.train.batch_size * config.train.epochs
+        planned = epochs if config.train.refit_schedule == "kept" else config.train.epochs
+        steps = len(data) // config.train.batch_size * planned
         trainer = Trainer(
             model,
             build_optimizer(config.optimizer, steps),
@@ -666,6 +670,8 @@ FLAGS = {  # flag: (config section, field, type)
     "pretrain-learning-rate": ("pretrain", "learning_rate", float),
     "pretrain-batch-size": ("pretrain", "batch_size", int),
     "pretrain-steps": ("pretrain", "steps", int),
+    "pretrain-min-steps": ("pretrain", "min_steps", int),
+    "refit-schedule": ("train", "refit_schedule", str),
     "unlabelled": ("pretrain", "unlabelled", str),
     "steps-per-execution": ("train", "steps_per_execution", int),
     "checkpoint-every": ("train", "checkpoint_every", int),
@@ -691,6 +697,9 @@ NOTES = {
     "pretrain-learning-rate": "masked-LM's peak learning rate; ",
     "pretrain-batch-size": "sequences per masked-LM step; ",
     "pretrain-steps": "masked-LM optimizer steps in place of the --pretrain-epochs passes, 0 = epochs; ",
+    "pretrain-min-steps": "the fewest masked-LM steps: a small corpus gets more than --pretrain-epochs passes; ",
+    "refit-schedule": "the refit's learning rate: run (the run's, cut at the kept epoch) or kept (planned for "
+    "the kept epochs, decaying to 0); ",
     "unlabelled": "files of unlabelled text, streamed into the pre-training with the training texts, the "
     "vocabulary learned from both: path, glob or comma-separated list of plain text (a text a line) or of any "
     "--train format, labels ignored; ",

@@ -33,6 +33,7 @@ CONFIG = {
     "data": WORD_TOKENS,
     "optimizer": {"learning_rate": 3e-3},
     "train": {"batch_size": 32, "epochs": 2, "checkpoint_every": 3, "pretrain_epochs": 1},
+    "pretrain": {"min_steps": 0},
 }
 TEXTS = ["our team beat their team", "the food was good but the room was awful", ""]
 

@@ -23,7 +23,7 @@ TINY = {
     "data": WORD_TOKENS,
     "optimizer": {"learning_rate": 3e-3},
     "train": {"batch_size": 32, "epochs": 6, "checkpoint_every": 10, "pretrain_epochs": 1},
-    "pretrain": {"batch_size": 32, "max_predictions": 4},
+    "pretrain": {"batch_size": 32, "max_predictions": 4, "min_steps": 0},
 }
 
 

@@ -37,7 +37,7 @@ TINY = {
         "validation_split": 0.0,
         "refit": False,
     },
-    "pretrain": {"max_predictions": 5, "learning_rate": 3e-3, "batch_size": 32},
+    "pretrain": {"max_predictions": 5, "learning_rate": 3e-3, "batch_size": 32, "min_steps": 0},
 }
 
 

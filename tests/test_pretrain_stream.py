@@ -86,19 +86,22 @@ def test_a_stream_on_two_replicas_killed_and_resumed_ends_as_an_uninterrupted_ru
 
 @pytest.mark.slow
 def test_without_steps_a_stream_is_counted_once_and_runs_its_epochs(tmp_path, monkeypatch, capsys):
+    # Its epochs, or more where pretrain.min_steps needs them: 2 epochs and a step are 3 epochs.
     monkeypatch.setattr("pipeline.pretrain.EVALUATION_DOCUMENTS", 64)
     files = _write_shards(str(tmp_path / "corpus"))
-    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "pretrain": {**CONFIG["pretrain"], "steps": 0}}))
+    per_epoch = _packed_sequences(files, capacity=15) // 16
+    pretraining = {**CONFIG["pretrain"], "steps": 0, "min_steps": 2 * per_epoch + 1}
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "pretrain": pretraining}))
     arguments = ["--text", files, "--model-dir", str(tmp_path / "run"), "--config", str(tmp_path / "config.json")]
     pretrain_main([*arguments, "--epochs", "2", "--documents", "blank_line", "--sample-size", "50"])
     out = capsys.readouterr().out
     assert "Counting the sequences of one pass for 2 epochs" in out
+    assert f"{per_epoch} steps an epoch, 3 epochs, raised from 2 to reach pretrain.min_steps" in out
     saved = Config.load(str(tmp_path / "run" / CONFIG_FILE))
     assert (saved.data.sample_size, saved.pretrain.documents, saved.train.epochs) == (50, "blank_line", 2)
     with open(tmp_path / "run" / PRETRAIN_METRICS_FILE) as f:
-        assert list(json.load(f)["loss_by_epoch"]) == ["1", "2"]
-    steps = 2 * (_packed_sequences(files, capacity=15) // 16)
-    assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith(f"ckpt-{steps}")
+        assert list(json.load(f)["loss_by_epoch"]) == ["1", "2", "3"]
+    assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith(f"ckpt-{3 * per_epoch}")
 
 
 def _packed_sequences(files, capacity):

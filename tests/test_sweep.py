@@ -34,6 +34,7 @@ BASE = {
     "model": {"max_length": 16},
     "data": WORD_TOKENS,
     "train": {"epochs": 1, "checkpoint_every": 5, "pretrain_epochs": 0},
+    "pretrain": {"min_steps": 0},
 }
 SPACE = {
     "embedding_size": 16,
@@ -94,7 +95,11 @@ def test_trials_pretrain_with_their_own_shapes_then_start_from_it_and_share_it(t
     unlabelled = tmp_path / "unlabelled.txt"
     unlabelled.write_text("".join(f"{text} zorblax\n" for text, _ in generate(80, seed=3)), encoding="utf-8")
     config = Config.from_dict(
-        {**BASE, "train": {**BASE["train"], "pretrain_epochs": 1}, "pretrain": {"unlabelled": str(unlabelled)}}
+        {
+            **BASE,
+            "train": {**BASE["train"], "pretrain_epochs": 1},
+            "pretrain": {**BASE["pretrain"], "unlabelled": str(unlabelled)},
+        }
     )
     # Trials are single models: an ensemble setting is refused before any work.
     with pytest.raises(ValueError, match="train.members is 3: sweeps compare single models"):
