@@ -193,10 +193,11 @@ class TrainConfig:
     # After keeping an epoch, train again from the same start on all the examples up to that epoch and
     # export that, as TF-IDF + logistic regression is refit after choosing its C.
     refit: bool = True
-    # The refit's learning-rate schedule: "kept" (warm-up and decay planned anew for the kept epochs, ending
-    # at 0) or "run" (the run's, planned for train.epochs, up to the kept epoch: early stopping leaves it
-    # near its peak).
-    refit_schedule: str = "kept"
+    # The refit's learning-rate schedule: "run" (the run's, planned for train.epochs, up to the kept epoch:
+    # early stopping leaves it near its peak) or "kept" (warm-up and decay planned anew for the kept epochs,
+    # ending at 0; measured on one corpus only, and a multi-label refit's probabilities then drift from the
+    # thresholds the kept epoch chose).
+    refit_schedule: str = "run"
 
     @property
     def holds_out(self):

@@ -308,6 +308,7 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
             "pretrain_epochs": 9,
             "members": 4,
             "refit": True,
+            "refit_schedule": "kept",
             "validation_split": 0.3,
             "class_weight": "balanced",
         },

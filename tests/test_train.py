@@ -484,15 +484,14 @@ def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trai
         ):
             np.testing.assert_array_equal(ours, theirs)
     assert other_report["validation"] == report["validation"] and other_report["accuracy"] != report["accuracy"]
-    # The refit is a run on the training files in their order with the run's vocabulary, for the kept epochs.
+    # The refit is a run on the training files in their order with the run's vocabulary, up to the kept epoch.
     recipe = train_and_evaluate(
-        _config(keep_best_epoch=False, epochs=report["refit"]["epochs"]),
-        str(tmp_path / "recipe"),
-        *corpus,
-        export=False,
-        vocabulary_from=run,
+        _config(keep_best_epoch=False), str(tmp_path / "recipe"), *corpus, export=False, vocabulary_from=run
     )
-    assert report["refit"]["train_loss_by_epoch"] == recipe["train_loss_by_epoch"]
+    kept_epochs = report["refit"]["epochs"]
+    assert report["refit"]["train_loss_by_epoch"] == {
+        epoch: loss for epoch, loss in recipe["train_loss_by_epoch"].items() if epoch <= kept_epochs
+    }
 
 
 @pytest.mark.slow
@@ -539,19 +538,24 @@ def test_refit_without_a_held_out_slice_trains_again_on_train_and_eval_up_to_the
     )
     np.testing.assert_allclose(served, refit(ids), atol=1e-5)
     assert np.abs(served - held_out(ids)).max() > 0.01
-    # Had the run kept its first epoch, the refit stops after it: with a schedule planned for that epoch,
-    # a one-epoch recipe's; with the run's (--refit-schedule run), still spanning two, the recipe's first.
+    # Had the run kept its first epoch, the refit stops after it: with the run's schedule, still spanning
+    # two, the recipe's first epoch; with one planned for the kept epoch (--refit-schedule kept), a
+    # one-epoch recipe's.
     with open(os.path.join(run, "best_epoch.json"), "w") as f:
         json.dump({"epoch": 1, "score": report["accuracy"]}, f)
     shutil.rmtree(os.path.join(run, REFIT_DIR))
-    the_runs = str(tmp_path / "the_runs")  # the same run, had it been started with the run's schedule
-    shutil.copytree(run, the_runs)
-    with open(os.path.join(the_runs, "config.json")) as f:
+    planned = str(tmp_path / "planned")  # the same run, had it been started with the other schedule
+    shutil.copytree(run, planned)
+    with open(os.path.join(planned, "config.json")) as f:
         saved = json.load(f)
-    saved["train"]["refit_schedule"] = "run"
-    with open(os.path.join(the_runs, "config.json"), "w") as f:
+    saved["train"]["refit_schedule"] = "kept"
+    with open(os.path.join(planned, "config.json"), "w") as f:
         json.dump(saved, f)
-    planned = train_and_evaluate(config, run, *corpus, export=False)
+    again = train_and_evaluate(config, run, *corpus, export=False)
+    assert again["refit"]["train_loss_by_epoch"] == {1: recipe["train_loss_by_epoch"][1]}
+    assert tf.train.latest_checkpoint(os.path.join(run, REFIT_DIR, CHECKPOINT_DIR)).endswith("ckpt-26")
+    assert again["confusion_matrix"] == report["confusion_matrix"]
+    kept = train_and_evaluate(_config(refit=True, refit_schedule="kept"), planned, *corpus, export=False)
     one_epoch = train_and_evaluate(
         _config(keep_best_epoch=False, epochs=1),
         str(tmp_path / "one_epoch"),
@@ -560,12 +564,8 @@ def test_refit_without_a_held_out_slice_trains_again_on_train_and_eval_up_to_the
         export=False,
         vocabulary_from=run,
     )
-    assert planned["refit"]["train_loss_by_epoch"] == one_epoch["train_loss_by_epoch"]
-    assert tf.train.latest_checkpoint(os.path.join(run, REFIT_DIR, CHECKPOINT_DIR)).endswith("ckpt-26")
-    assert planned["confusion_matrix"] == report["confusion_matrix"]
-    again = train_and_evaluate(_config(refit=True, refit_schedule="run"), the_runs, *corpus, export=False)
-    assert again["refit"]["train_loss_by_epoch"] == {1: recipe["train_loss_by_epoch"][1]}
-    assert again["refit"]["train_loss_by_epoch"] != planned["refit"]["train_loss_by_epoch"]
+    assert kept["refit"]["train_loss_by_epoch"] == one_epoch["train_loss_by_epoch"]
+    assert kept["refit"]["train_loss_by_epoch"] != again["refit"]["train_loss_by_epoch"]
 
 
 def _start_workers(model_dir, corpus, config_path):
