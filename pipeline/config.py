@@ -193,10 +193,9 @@ class TrainConfig:
     # After keeping an epoch, train again from the same start on all the examples up to that epoch and
     # export that, as TF-IDF + logistic regression is refit after choosing its C.
     refit: bool = True
-    # The refit's learning-rate schedule: "run" (the run's, planned for train.epochs, up to the kept epoch:
-    # early stopping leaves it near its peak) or "kept" (warm-up and decay planned anew for the kept epochs,
-    # ending at 0; measured on one corpus only, and a multi-label refit's probabilities then drift from the
-    # thresholds the kept epoch chose).
+    # The refit's learning-rate schedule: "run" (the run's, planned for train.epochs, up to the kept epoch,
+    # so the refit retraces the kept model's path) or "kept" (warm-up and decay planned anew for the kept
+    # epochs, ending at 0), whose probabilities may drift from the thresholds a multi-label run chose.
     refit_schedule: str = "run"
 
     @property
@@ -250,8 +249,8 @@ class PretrainConfig:
     # Optimizer steps of masked-LM training; 0 runs train.epochs passes instead, which a corpus larger than
     # data.sample_size must first read whole to count.
     steps: int = 0
-    # The fewest optimizer steps those passes give masked-LM training: a small corpus takes more of them (7
-    # epochs of 600 tweets are 63 steps, which left masked-token accuracy at 0.09; 1,000 reached 0.26).
+    # The fewest optimizer steps those passes give masked-LM training, so that a small corpus takes more
+    # passes rather than a few dozen steps.
     min_steps: int = 1000
     # What a document is: "line" (each line or row, as classification texts are) or "blank_line" (plain text
     # whose documents end at a blank line, as BERT's and ALBERT's pre-training files are). A document's lines

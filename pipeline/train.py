@@ -415,16 +415,15 @@ def refit(config, model_dir, data, names, tpu, strategy, init_from=None, vocabul
     epochs = run_dir.kept_epoch(output_dir(model_dir, strategy))
     directory = os.path.join(model_dir, REFIT_DIR)
     configure_runtime(config, tpu)  # the run's seeds again: from scratch, its initialization
-    schedule = "planned for those" if config.train.refit_schedule == "kept" else "the run's"
+    planned = epochs if config.train.refit_schedule == "kept" else config.train.epochs
     print(
         f"Refit: {epochs} of {config.train.epochs} epoch(s) on {len(data)} training and validation "
-        f"examples in {directory}, the learning rate {schedule}"
+        f"examples in {directory}, the learning rate planned for {planned} epoch(s)"
     )
     with strategy.scope():
         model = build_model(config.model)
         if init_from:  # a resumed refit's checkpoint then overrides these
             initialize_from(model, init_from, config.model, vocabulary)
-        planned = epochs if config.train.refit_schedule == "kept" else config.train.epochs
         steps = len(data) // config.train.batch_size * planned
         trainer = Trainer(
             model,

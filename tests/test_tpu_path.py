@@ -53,8 +53,9 @@ def _tpu_config(replicas, **train):
 def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, monkeypatch, corpus, two_replicas):
     # On 2 replicas: one replica runs the same step without the all-reduce.
     monkeypatch.setattr("pipeline.pretrain.EVALUATION_DOCUMENTS", 256)  # a stream has no end to stop at
-    # Masked-LM on a stream, as a corpus larger than its sample is read: 20 steps. The buffer is the
-    # corpus's size: a default one of 10,000 sequences refills from 15 passes of it after the last step.
+    # Masked-LM on a stream, as a corpus larger than its sample is read: 20 steps. Shuffled in 256 sequences:
+    # the default buffer of 10,000 refills from 15 passes of this corpus after the last step, and the
+    # iterator's teardown waits for it.
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(read_examples(corpus[0]).texts) + "\n", encoding="utf-8")
     stream = {"data": {"sample_size": 200}, "pretrain": {"steps": 20, "shuffle_buffer": 256}}
