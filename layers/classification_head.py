@@ -1,6 +1,7 @@
 """The classification head of the source design, with pooling options."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from layers.dropout import Dropout
@@ -55,6 +56,9 @@ class ClassificationHead(keras.layers.Layer):
             a regression's: the linear layer's output times `output_scale`
             plus `output_offset`, so that it learns standardized targets).
         output_offset, output_scale: floats, the linear output's affine map.
+        logit_offset: float, or `num_classes` floats, added to the logits
+            (a multi-label task's: each label's log-odds, so that the head
+            starts at the labels' base rates).
         **kwargs: standard `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -84,6 +88,7 @@ class ClassificationHead(keras.layers.Layer):
         activation="softmax",
         output_offset=0.0,
         output_scale=1.0,
+        logit_offset=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -93,6 +98,10 @@ class ClassificationHead(keras.layers.Layer):
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.activation = activation
         self.output_offset, self.output_scale = float(output_offset), float(output_scale)
+        offset = np.asarray(logit_offset, dtype="float32")
+        if offset.ndim > 1 or offset.size not in (1, int(num_classes)):
+            raise ValueError(f"logit_offset must be a float or {num_classes} floats, got {logit_offset!r}")
+        self.logit_offset = offset.reshape(-1).tolist()
         self.num_classes = int(num_classes)
         self.pooling = pooling
         self.dropout_rate = float(dropout_rate)
@@ -156,6 +165,8 @@ class ClassificationHead(keras.layers.Layer):
                 x = x[:, 0, :]  # (batch, hidden)
             logits = self.logits(self.dropout(x, training=training))
         logits = ops.cast(logits, "float32")
+        if any(self.logit_offset):
+            logits = logits + np.asarray(self.logit_offset, dtype="float32")
         if self.activation == "linear":
             return logits * self.output_scale + self.output_offset  # (batch, outputs)
         if self.activation == "sigmoid":
@@ -190,6 +201,7 @@ class ClassificationHead(keras.layers.Layer):
                 "activation": self.activation,
                 "output_offset": self.output_offset,
                 "output_scale": self.output_scale,
+                "logit_offset": self.logit_offset,
             }
         )
         return config

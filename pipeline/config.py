@@ -30,6 +30,10 @@ class ModelConfig:
     # pipeline): the head starts at their mean and learns standardized scores, whatever their unit.
     target_mean: float = 0.0
     target_scale: float = 1.0
+    # A sigmoid head's offset of each label's logit, the log-odds of its share of the training texts (set by the
+    # data pipeline): the head starts at the labels' base rates, where a start at 0.5 spends the first epochs
+    # pushing every logit down through the encoder and leaves it predicting the base rates (bench/LOG.md).
+    label_log_odds: list = dataclasses.field(default_factory=list)
     # Tokens per example, [CLS] included, fixed so that TPU shapes are static; 0 derives it from the
     # training data (99th percentile of tokenized lengths, rounded up to 16, at most 512).
     max_length: int = 0

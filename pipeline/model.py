@@ -49,6 +49,7 @@ def build_model(config):
         initializer_range=config.initializer_range,
         activation=config.head_activation,
         output_offset=config.target_mean,
+        logit_offset=config.label_log_odds or 0.0,
         output_scale=config.target_scale,
         name="head",
     )(layer_outputs, mask=padding_mask)

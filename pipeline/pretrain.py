@@ -73,7 +73,15 @@ SHAPE_FIELDS = (
 # checks it), so one finished pre-training serves them all
 # (`finished_pretraining`).
 UNREAD_FIELDS = {
-    "model": ("num_classes", "pooling", "head_shared_kernel", "head_activation", "target_mean", "target_scale"),
+    "model": (
+        "num_classes",
+        "pooling",
+        "head_shared_kernel",
+        "head_activation",
+        "target_mean",
+        "target_scale",
+        "label_log_odds",
+    ),
     "data": ("label_column", "label_delimiter"),
     "optimizer": ("learning_rate", "weight_averaging"),
     "train": (

@@ -79,7 +79,15 @@ from pipeline.trainer import Predictor, Trainer, TrainingError, build_optimizer
 
 # Fields `prepare_data` fills in from the data and the vocabulary.
 DERIVED_FIELDS = {
-    "model": ("vocabulary_size", "num_classes", "max_length", "head_activation", "target_mean", "target_scale"),
+    "model": (
+        "vocabulary_size",
+        "num_classes",
+        "max_length",
+        "head_activation",
+        "target_mean",
+        "target_scale",
+        "label_log_odds",
+    ),
     "data": ("chinese_words",),
     "train": ("epochs",),
 }
@@ -521,18 +529,33 @@ def prepare_data(config, model_dir, train, eval_paths, held_out=None, whole=None
 
 
 def head_fields(task, targets):
-    """The model fields `data.task` decides: the head's activation and, for
-    a regression, the mean and standard deviation of its training `targets`
-    (float64, as JSON saves them), which the head's scores are scaled by."""
+    """The model fields `data.task` decides: the head's activation; for a
+    regression, the mean and standard deviation of its training `targets`
+    (float64, as JSON saves them), which the head's scores are scaled by;
+    for a multi-label task, each label's log-odds in the `(examples, labels)`
+    0/1 `targets`, which its logit starts from."""
+    fields = {"head_activation": "softmax", "target_mean": 0.0, "target_scale": 1.0, "label_log_odds": []}
+    if task == "multi_label":
+        return {**fields, "head_activation": "sigmoid", "label_log_odds": label_log_odds(targets)}
     if task != "regression":
-        activation = "sigmoid" if task == "multi_label" else "softmax"
-        return {"head_activation": activation, "target_mean": 0.0, "target_scale": 1.0}
+        return fields
     scale = float(np.std(targets, dtype="float64"))
     return {
+        **fields,
         "head_activation": "linear",
         "target_mean": float(np.mean(targets, dtype="float64")),
         "target_scale": scale if scale > 0 else 1.0,
     }
+
+
+def label_log_odds(targets):
+    """`log(p / (1 - p))` of each label's share `p` of the `(examples,
+    labels)` 0/1 `targets`, kept half an example from 0 and 1 so that a
+    label on every text stays finite."""
+    targets = np.asarray(targets, dtype="float64")
+    count = len(targets)
+    share = np.clip(targets.mean(axis=0), 0.5 / count, 1 - 0.5 / count)
+    return [float(value) for value in np.log(share / (1 - share))]
 
 
 def repeated_texts(training, evaluation):

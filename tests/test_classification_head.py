@@ -98,3 +98,19 @@ def test_probabilities_are_float32_under_mixed_precision():
 def test_unknown_pooling_is_rejected():
     with pytest.raises(ValueError, match="pooling"):
         ClassificationHead(2, pooling="max")
+
+
+def test_a_sigmoid_head_starts_at_the_base_rates_its_logit_offsets_give():
+    layer_outputs, mask = _inputs()
+    rates = np.array([0.02, 0.5, 0.9])
+    head = ClassificationHead(3, pooling="mean", activation="sigmoid", logit_offset=np.log(rates / (1 - rates)))
+    head(layer_outputs, mask=mask)
+    head.logits.kernel.assign(np.zeros((4, 3)))  # the pooled text adds nothing
+    np.testing.assert_allclose(head(layer_outputs, mask=mask), np.tile(rates, (2, 1)), rtol=1e-5)
+    # Saved with the layer: a copy from its config starts at the same rates.
+    copy = ClassificationHead.from_config(head.get_config())
+    copy(layer_outputs, mask=mask)
+    copy.set_weights(head.get_weights())
+    np.testing.assert_allclose(copy(layer_outputs, mask=mask), np.tile(rates, (2, 1)), rtol=1e-5)
+    with pytest.raises(ValueError, match="logit_offset must be a float or 3 floats"):
+        ClassificationHead(3, activation="sigmoid", logit_offset=[0.0, 1.0])

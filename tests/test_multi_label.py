@@ -82,12 +82,14 @@ def test_a_multi_label_run_learns_each_label_with_its_threshold_and_serves_the_l
     }
     config, tokenizer, names = load_run(run)
     assert names == ["food", "music", "sport"] and config.model.head_activation == "sigmoid"
+    data = Config.from_dict({"data": {"task": "multi_label", "label_column": "topics"}}).data
+    examples = read_examples(train, label_column="topics", label_delimiter=";")
+    fit, held_out = hold_out(examples, 0.1, data_config=data)
+    share = encode_label_lists(fit, names).mean(axis=0)  # each logit starts at its label's base rate
+    np.testing.assert_allclose(config.model.label_log_odds, np.log(share / (1 - share)), rtol=1e-6)
     with open(os.path.join(run, "thresholds.json")) as f:
         thresholds = json.load(f)
     assert thresholds == report["thresholds"] and all(0 < t < 1 for t in thresholds.values())
-    data = Config.from_dict({"data": {"task": "multi_label", "label_column": "topics"}}).data
-    examples = read_examples(train, label_column="topics", label_delimiter=";")
-    _, held_out = hold_out(examples, 0.1, data_config=data)
     kept_model = restore_model(run, refit=False)[0]
     probabilities = np.asarray(kept_model(tokenize(tokenizer, held_out.texts)))
     chosen = multi_label_report(encode_label_lists(held_out, names), probabilities, names)

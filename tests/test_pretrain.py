@@ -297,6 +297,7 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
             "head_activation": "linear",
             "target_mean": 3.0,
             "target_scale": 2.0,
+            "label_log_odds": [-1.0, 0.0, 1.0, 2.0, 3.0],
         },
         "data": {"label_column": "sentiment", "label_delimiter": "|"},
         "optimizer": {"learning_rate": 0.5, "weight_averaging": 0.5},

@@ -86,7 +86,7 @@ def test_a_pair_a_multi_label_and_a_regression_step_compile_with_xla_and_train_a
     config = override(_tpu_config(2), {"model": {"dropout_rate": 0.0}, "train": {"precision": "float32"}})
     head = {
         "pairs": {"num_classes": 3, "segments": 2},
-        "multi_label": {"num_classes": 3, "head_activation": "sigmoid"},
+        "multi_label": {"num_classes": 3, "head_activation": "sigmoid", "label_log_odds": [-2.0, 0.0, 1.0]},
         "regression": {"num_classes": 1, "head_activation": "linear", "target_mean": 50.0, "target_scale": 10.0},
     }[task]
     model_config = dataclasses.replace(config.model, vocabulary_size=30, **head)
