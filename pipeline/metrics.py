@@ -74,7 +74,7 @@ def regression_report(targets, scores, scale=1.0):
     }
 
 
-def multi_label_report(indicators, probabilities, label_names, thresholds=None):
+def multi_label_report(indicators, probabilities, label_names, thresholds=None, metric="micro_f1"):
     """Micro- and macro-F1, exact-match accuracy, loss and per-label
     precision/recall/F1 of a multi-label task's probabilities, each label
     predicted where its probability reaches its threshold.
@@ -84,13 +84,14 @@ def multi_label_report(indicators, probabilities, label_names, thresholds=None):
         probabilities: float array of the same shape.
         label_names: label names, indexed by column.
         thresholds: each label's threshold, in `label_names` order; None
-            chooses them here, each the F1-best on these examples
+            chooses them here, the best for `metric` on these examples
             (`best_thresholds`).
+        metric: "micro_f1" or "macro_f1", what chosen thresholds maximize.
     """
     truth = np.asarray(indicators, "float64") > 0.5
     probabilities = np.asarray(probabilities, "float64").reshape(truth.shape)
     if thresholds is None:
-        thresholds = best_thresholds(truth, probabilities)
+        thresholds = best_thresholds(truth, probabilities, metric)
     predicted = probabilities >= np.asarray(thresholds)
     true_positives = (truth & predicted).sum(axis=0).astype("float64")
     precision = _divide(true_positives, predicted.sum(axis=0).astype("float64"))
@@ -119,37 +120,81 @@ def multi_label_report(indicators, probabilities, label_names, thresholds=None):
     }
 
 
-def best_thresholds(truth, probabilities):
-    """Each label's probability threshold of the best F1 on these examples:
-    midway between the lowest probability predicted and the next, or 0.5
-    for a label these examples never have."""
-    thresholds = []
-    for column in range(truth.shape[1]):
-        positives = truth[:, column]
-        if not positives.any():
-            thresholds.append(0.5)
-            continue
-        scores = probabilities[:, column]
-        order = np.argsort(-scores, kind="stable")
-        ranked, hits = scores[order], np.cumsum(positives[order])
-        cuts = np.flatnonzero(np.append(ranked[1:] < ranked[:-1], True))  # the last of each run of ties
+def best_thresholds(truth, probabilities, metric="micro_f1"):
+    """Each label's probability threshold, the best for `metric` on these
+    examples, each midway between the lowest probability it predicts and
+    the next (or, predicting none, the highest and 1).
+
+    "macro_f1", the mean of the labels' F1, is best with each label's own
+    F1-best threshold (0.5 for a label these examples never have). Labels
+    the model has barely learned are F1-best predicted on every text (F1
+    2p / (1 + p) at a share p), which floods the predictions of all the
+    others: "micro_f1" starts from the one threshold best for every label
+    at once, then moves each label's to its micro-F1-best given the others'
+    until none moves.
+    """
+    truth = np.asarray(truth, bool)
+    probabilities = np.asarray(probabilities, "float64")
+    if metric == "macro_f1":
+        return [
+            _best_cut(truth[:, j], probabilities[:, j])[0] if truth[:, j].any() else 0.5 for j in range(truth.shape[1])
+        ]
+    if metric != "micro_f1":
+        raise ValueError(f"thresholds maximize micro_f1 or macro_f1, not {metric!r}")
+    shared = _best_cut(truth.ravel(), probabilities.ravel())[0]
+    thresholds = np.full(truth.shape[1], shared)
+    predicted = probabilities >= thresholds
+    hits, count, actual = int((truth & predicted).sum()), int(predicted.sum()), int(truth.sum())
+    for _ in range(10):  # coordinate ascent; rarely more than two rounds
+        moved = False
+        for j in range(truth.shape[1]):
+            column = predicted[:, j]
+            other_hits, other_count = hits - int((truth[:, j] & column).sum()), count - int(column.sum())
+            threshold, _ = _best_cut(truth[:, j], probabilities[:, j], other_hits, other_count + actual)
+            if threshold != thresholds[j]:
+                thresholds[j], moved = threshold, True
+                predicted[:, j] = probabilities[:, j] >= threshold
+            hits = other_hits + int((truth[:, j] & predicted[:, j]).sum())
+            count = other_count + int(predicted[:, j].sum())
+        if not moved:
+            break
+    return [float(threshold) for threshold in thresholds]
+
+
+def _best_cut(positives, scores, other_hits=0, other_total=None):
+    """`(threshold, f1)` of the cut of `scores` best for the F1 `2 (hits +
+    other_hits) / (predicted + other_total)`: with the defaults, this column's
+    own F1 (`other_total` its positives), never predicting none; given the
+    other labels' true positives and predicted-plus-true count, the micro-F1,
+    which predicting none may maximize."""
+    order = np.argsort(-scores, kind="stable")
+    ranked = scores[order]
+    hits = np.cumsum(positives[order])
+    cuts = np.flatnonzero(np.append(ranked[1:] < ranked[:-1], True))  # the last of each run of ties
+    if other_total is None:
         f1 = 2 * hits[cuts] / (cuts + 1 + positives.sum())
-        best = cuts[int(np.argmax(f1))]
-        below = ranked[best + 1] if best + 1 < len(ranked) else 0.0
-        thresholds.append(float((ranked[best] + below) / 2))
-    return thresholds
+    else:
+        f1 = 2 * (other_hits + hits[cuts]) / np.maximum(other_total + cuts + 1, 1)
+        none = 2 * other_hits / max(other_total, 1)
+        if none >= f1.max():
+            return float((ranked[0] + 1.0) / 2), none
+    best = cuts[int(np.argmax(f1))]
+    below = ranked[best + 1] if best + 1 < len(ranked) else 0.0
+    return float((ranked[best] + below) / 2), float(f1.max())
 
 
 def report_of(config, labels, outputs, label_names, thresholds=None):
     """The report of a run's `config` (its `data.task`): the
     `classification_report` of class ids and probabilities, the
     `multi_label_report` of label indicators and probabilities (with
-    `thresholds`, or choosing them), or the `regression_report` of targets
+    `thresholds`, or choosing them for the F1 `train.best_metric` names,
+    micro-F1 unless it is macro-F1), or the `regression_report` of targets
     and scores."""
     if config.data.task == "regression":
         return regression_report(labels, outputs, config.model.target_scale)
     if config.data.task == "multi_label":
-        return multi_label_report(labels, outputs, label_names, thresholds)
+        metric = "macro_f1" if config.train.best_metric == "macro_f1" else "micro_f1"
+        return multi_label_report(labels, outputs, label_names, thresholds, metric)
     return classification_report(labels, outputs, label_names)
 
 

@@ -64,10 +64,10 @@ def test_a_regression_is_scored_by_rmse_and_pearson_and_spearman_correlations():
     assert selection_score(report, "spearman") > selection_score(constant, "spearman")
 
 
-def test_a_multi_label_report_chooses_each_labels_f1_best_threshold_or_applies_the_given_ones():
+def test_a_multi_label_report_for_macro_f1_chooses_each_labels_f1_best_threshold_or_applies_the_given_ones():
     truth = np.array([[1, 0], [1, 1], [0, 0], [0, 1], [1, 0]])
     probabilities = np.array([[0.9, 0.2], [0.6, 0.7], [0.6, 0.1], [0.3, 0.4], [0.2, 0.35]])
-    report = multi_label_report(truth, probabilities, ["a", "b"])
+    report = multi_label_report(truth, probabilities, ["a", "b"], metric="macro_f1")
     # a: cutting after 0.9, the tied 0.6s, 0.3 or 0.2 gives F1 2/4, 4/6, 4/7, 6/8: all of them, below 0.2.
     # b: after 0.7 and 0.4 (2 of 2) is exact; midway to the next, 0.35.
     assert report["thresholds"] == {"a": pytest.approx(0.1), "b": pytest.approx(0.375)}
@@ -83,6 +83,23 @@ def test_a_multi_label_report_chooses_each_labels_f1_best_threshold_or_applies_t
     assert given["micro_f1"] == pytest.approx(2 * 3 / (4 + 5))
     assert format_report(report).splitlines()[1].split() == ["a", "0.6000", "1.0000", "0.7500", "3", "0.1000"]
     assert selection_score(report, "micro_f1") > selection_score(given, "micro_f1")
+
+
+def test_thresholds_for_micro_f1_leave_out_a_label_whose_own_best_f1_tags_every_text():
+    truth = np.array([[1, 0], [1, 0], [1, 0], [0, 0], [0, 0], [0, 1]], bool)
+    # a is learned; b is not: its one positive has its lowest probability.
+    probabilities = np.array([[0.9, 0.3], [0.8, 0.31], [0.7, 0.32], [0.2, 0.33], [0.1, 0.34], [0.15, 0.29]])
+    # b's own F1 is best tagging every text (2 / 7 against 0), which macro-F1 takes.
+    macro = multi_label_report(truth, probabilities, ["a", "b"], metric="macro_f1")
+    assert macro["thresholds"] == {"a": pytest.approx(0.45), "b": pytest.approx(0.145)}
+    assert macro["micro_f1"] == pytest.approx(2 * 4 / (9 + 4)) and macro["macro_f1"] == pytest.approx((1 + 2 / 7) / 2)
+    # Micro-F1: one threshold for both (0.52, midway from 0.7 to 0.34), then a moves to its best and b to
+    # none (midway from its highest, 0.34, to 1): 6/7 against 8/13.
+    micro = multi_label_report(truth, probabilities, ["a", "b"])
+    assert micro["thresholds"] == {"a": pytest.approx(0.45), "b": pytest.approx(0.67)}
+    assert micro["micro_f1"] == pytest.approx(2 * 3 / (3 + 4)) and micro["macro_f1"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="micro_f1 or macro_f1, not 'loss'"):
+        multi_label_report(truth, probabilities, ["a", "b"], metric="loss")
 
 
 def test_a_regressions_best_metric_and_class_weight_are_checked_against_its_task():
