@@ -201,6 +201,9 @@ class TrainConfig:
     # so the refit retraces the kept model's path) or "kept" (warm-up and decay planned anew for the kept
     # epochs, ending at 0), whose probabilities may drift from the thresholds a multi-label run chose.
     refit_schedule: str = "run"
+    # A regression's loss: 0 is the squared error of standardized scores; above 0, the Huber loss with this
+    # delta (in standard deviations of the training scores), linear beyond it, so outlying scores pull less.
+    huber_delta: float = 0.0
 
     @property
     def holds_out(self):
@@ -227,6 +230,8 @@ class TrainConfig:
             parse_class_weights(self.class_weight)
         if not 0 <= self.validation_split < 1:
             raise ValueError(f"train.validation_split must be at least 0 and under 1, got {self.validation_split}")
+        if self.huber_delta < 0:
+            raise ValueError(f"train.huber_delta must be 0 (squared error) or more, got {self.huber_delta}")
         if self.refit_schedule not in ("run", "kept"):
             raise ValueError(f"train.refit_schedule must be run or kept, got {self.refit_schedule!r}")
 
@@ -297,6 +302,8 @@ class Config:
                 f"train.best_metric must be one of {', '.join(metrics)} for data.task {self.data.task}, "
                 f"got {self.train.best_metric!r}"
             )
+        if self.data.task != "regression" and self.train.huber_delta:
+            raise ValueError(f"train.huber_delta is a regression's loss; data.task {self.data.task} has none")
         if self.data.task != "classification" and self.train.class_weight != "none":
             raise ValueError(
                 f"train.class_weight {self.train.class_weight!r} weighs one class per text; data.task "

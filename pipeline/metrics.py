@@ -57,10 +57,11 @@ def classification_report(labels, probabilities, label_names):
     }
 
 
-def regression_report(targets, scores, scale=1.0):
+def regression_report(targets, scores, scale=1.0, huber_delta=0.0):
     """RMSE, mean absolute error, Pearson's and Spearman's correlations and
-    the loss (the mean squared error of scores standardized by `scale`, the
-    training loss) of predicted `scores` against the true `targets`."""
+    the loss (the training loss: the mean squared error of scores
+    standardized by `scale`, or with `huber_delta` their Huber loss) of
+    predicted `scores` against the true `targets`."""
     targets = np.asarray(targets, "float64")
     scores = np.asarray(scores, "float64").reshape(len(targets))
     errors = scores - targets
@@ -70,8 +71,17 @@ def regression_report(targets, scores, scale=1.0):
         "mae": float(np.mean(np.abs(errors))) if len(targets) else 0.0,
         "pearson": pearson(targets, scores),
         "spearman": pearson(ranks(targets), ranks(scores)),
-        "loss": float(np.mean((errors / scale) ** 2)) if len(targets) else 0.0,
+        "loss": float(np.mean(regression_loss(errors / scale, huber_delta))) if len(targets) else 0.0,
     }
+
+
+def regression_loss(errors, huber_delta=0.0):
+    """Each standardized error's loss, as the trainer's: its square, or with
+    `huber_delta` its Huber loss (half the square up to `huber_delta`,
+    linear beyond)."""
+    if not huber_delta:
+        return errors**2
+    return np.where(abs(errors) <= huber_delta, 0.5 * errors**2, huber_delta * (abs(errors) - 0.5 * huber_delta))
 
 
 def multi_label_report(indicators, probabilities, label_names, thresholds=None, metric="micro_f1"):
@@ -191,7 +201,7 @@ def report_of(config, labels, outputs, label_names, thresholds=None):
     micro-F1 unless it is macro-F1), or the `regression_report` of targets
     and scores."""
     if config.data.task == "regression":
-        return regression_report(labels, outputs, config.model.target_scale)
+        return regression_report(labels, outputs, config.model.target_scale, config.train.huber_delta)
     if config.data.task == "multi_label":
         metric = "macro_f1" if config.train.best_metric == "macro_f1" else "micro_f1"
         return multi_label_report(labels, outputs, label_names, thresholds, metric)

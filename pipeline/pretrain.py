@@ -95,6 +95,7 @@ UNREAD_FIELDS = {
         "refit_schedule",
         "validation_split",
         "class_weight",
+        "huber_delta",
     ),
 }
 # The masked-token accuracy reported at the end is measured on a fresh

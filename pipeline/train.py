@@ -694,6 +694,7 @@ FLAGS = {  # flag: (config section, field, type)
     "pretrain-steps": ("pretrain", "steps", int),
     "pretrain-min-steps": ("pretrain", "min_steps", int),
     "refit-schedule": ("train", "refit_schedule", str),
+    "huber-delta": ("train", "huber_delta", float),
     "unlabelled": ("pretrain", "unlabelled", str),
     "steps-per-execution": ("train", "steps_per_execution", int),
     "checkpoint-every": ("train", "checkpoint_every", int),
@@ -722,6 +723,8 @@ NOTES = {
     "pretrain-min-steps": "the fewest masked-LM steps: a small corpus gets more than --pretrain-epochs passes; ",
     "refit-schedule": "the refit's learning rate: run (the run's, cut at the kept epoch) or kept (planned for "
     "the kept epochs, decaying to 0); ",
+    "huber-delta": "a regression's loss: 0 the squared error, above 0 the Huber loss with this delta, in standard "
+    "deviations of the training scores; ",
     "unlabelled": "files of unlabelled text, streamed into the pre-training with the training texts, the "
     "vocabulary learned from both: path, glob or comma-separated list of plain text (a text a line) or of any "
     "--train format, labels ignored; ",

@@ -132,7 +132,8 @@ class Trainer:
     "multi_label" (`data.task`), the model's outputs are each label's
     probability and its loss their binary cross-entropy; with "regression",
     its output is a score and its loss the squared error of scores
-    standardized by `target_scale`.
+    standardized by `target_scale` (their Huber loss with
+    `train_config.huber_delta`).
     """
 
     def __init__(
@@ -252,7 +253,13 @@ class Trainer:
                 name = next(iter(probabilities))
                 probabilities, labels, weights = probabilities[name], labels[name], weights[name]
             elif self.task == "regression":
-                per_example = tf.square((probabilities[:, 0] - labels) / self.target_scale)
+                errors = (probabilities[:, 0] - labels) / self.target_scale
+                per_example = tf.square(errors)
+                if self.config.huber_delta:  # as keras.losses.Huber
+                    delta = self.config.huber_delta
+                    per_example = tf.where(
+                        tf.abs(errors) <= delta, 0.5 * per_example, delta * (tf.abs(errors) - 0.5 * delta)
+                    )
             elif self.task == "multi_label":  # the mean over the labels
                 per_example = keras.losses.binary_crossentropy(labels, probabilities)
             else:

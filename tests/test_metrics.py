@@ -56,6 +56,15 @@ def test_a_regression_is_scored_by_rmse_and_pearson_and_spearman_correlations():
         f"RMSE {np.sqrt(0.55):.4f}, Pearson {report['pearson']:.4f}, Spearman {report['spearman']:.4f}, "
         "loss 0.1375, MAE 0.7000, examples 5"
     )
+    # The Huber loss of the standardized errors 0.25, 0.25, 0.25, 0.5, 0.5 at delta 0.3: three halved squares,
+    # two linear parts.
+    huber = regression_report(targets, scores, scale=2.0, huber_delta=0.3)
+    assert huber["loss"] == pytest.approx((3 * 0.5 * 0.25**2 + 2 * 0.3 * (0.5 - 0.15)) / 5)
+    keras_huber = keras.losses.Huber(delta=0.3)(np.array(targets) / 2, np.array(scores) / 2)
+    assert huber["loss"] == pytest.approx(float(keras_huber), rel=1e-6)
+    assert {key: value for key, value in huber.items() if key != "loss"} == {
+        key: value for key, value in report.items() if key != "loss"
+    }
     constant = regression_report(targets, [3.0] * 5)
     assert constant["pearson"] == constant["spearman"] == 0.0
     assert one_class_warning(report) is None
@@ -108,6 +117,10 @@ def test_a_regressions_best_metric_and_class_weight_are_checked_against_its_task
         ValueError, match="one of loss, rmse, pearson, spearman for data.task regression, got 'accuracy'"
     ):
         override(Config(), {"data": {"task": "regression"}, "train": {"best_metric": "accuracy"}})
+    with pytest.raises(ValueError, match="train.huber_delta is a regression's loss; data.task classification"):
+        override(Config(), {"train": {"huber_delta": 1.0}})
+    with pytest.raises(ValueError, match="train.huber_delta must be 0 .* got -1.0"):
+        override(Config(), {"data": {"task": "regression"}, "train": {"huber_delta": -1.0}})
     with pytest.raises(ValueError, match="train.class_weight 'balanced' weighs one class .* data.task regression has"):
         override(Config(), {"data": {"task": "regression"}, "train": {"class_weight": "balanced"}})
     with pytest.raises(

@@ -312,6 +312,7 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
             "refit_schedule": "kept",
             "validation_split": 0.3,
             "class_weight": "balanced",
+            "huber_delta": 1.0,
         },
     }
     assert {section: tuple(fields) for section, fields in unread.items()} == UNREAD_FIELDS
@@ -320,6 +321,7 @@ def test_settings_the_pretraining_does_not_read_leave_its_weights_as_they_are_an
     assert {section: set(fields) for section, fields in host_loop.items()} == HOST_LOOP_FIELDS
     assert saved.train.steps_per_execution != 3 and saved.train.checkpoint_every != 5
     other = str(tmp_path / "other")
+    del unread["train"]["huber_delta"]  # a regression's alone, and class_weight a classification's
     pretrain(override(override(saved, unread), host_loop), other, os.path.join(os.path.dirname(run), "docs.txt"))
     weights = []
     for directory in (run, other):

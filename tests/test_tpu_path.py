@@ -16,6 +16,7 @@ from layers import SharedEncoder, fast_path
 from pipeline.config import Config, override
 from pipeline.dataset import Split, learn_vocabulary, load_split, train_dataset, usable_length_bucket
 from pipeline.masking import masked_lm_dataset
+from pipeline.metrics import regression_report
 from pipeline.model import build_model
 from pipeline.pretrain import pretrain
 from pipeline.readers import read_examples
@@ -100,8 +101,10 @@ def test_a_pair_a_multi_label_and_a_regression_step_compile_with_xla_and_train_a
     }[task]
     split = Split(ids, labels, [f"f:{i}" for i in range(32)], {})
     losses = {}
+    # The regression's Huber loss (delta in standard deviations), checked against the report's.
+    huber_delta = 0.5 if task == "regression" else 0.0
     for jit_compile in (False, True):
-        train_config = dataclasses.replace(config.train, jit_compile=jit_compile)
+        train_config = dataclasses.replace(config.train, jit_compile=jit_compile, huber_delta=huber_delta)
         configure_runtime(config)  # the same seeds: the same initial weights
         with two_replicas.scope():
             model = build_model(model_config)
@@ -116,10 +119,14 @@ def test_a_pair_a_multi_label_and_a_regression_step_compile_with_xla_and_train_a
                 target_scale=model_config.target_scale,
             )
         make_dataset = functools.partial(train_dataset, split, 32, 0)
+        if task == "regression":
+            start = regression_report(labels, np.asarray(model(ids)), model_config.target_scale, huber_delta)
         losses[jit_compile] = list(trainer.fit(make_dataset, len(split), 4).values())
         outputs, _ = trainer.predict(split)
         assert outputs.shape == (32, model_config.num_classes)
     np.testing.assert_allclose(losses[True][0], losses[False][0], rtol=1e-5)
+    if task == "regression":  # the first step's loss, before any update
+        np.testing.assert_allclose(losses[False][0], start["loss"], rtol=1e-5)
     np.testing.assert_allclose(losses[True], losses[False], rtol=LOSS_RTOL)
     assert losses[True][-1] < losses[True][0]
 
