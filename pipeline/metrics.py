@@ -136,7 +136,8 @@ def best_thresholds(truth, probabilities, metric="micro_f1"):
     the next (or, predicting none, the highest and 1).
 
     "macro_f1", the mean of the labels' F1, is best with each label's own
-    F1-best threshold (0.5 for a label these examples never have). Labels
+    F1-best threshold (0.5 for a label these examples never have; every
+    label's, for examples without any). Labels
     the model has barely learned are F1-best predicted on every text (F1
     2p / (1 + p) at a share p), which floods the predictions of all the
     others: "micro_f1" starts from the one threshold best for every label
@@ -151,6 +152,8 @@ def best_thresholds(truth, probabilities, metric="micro_f1"):
         ]
     if metric != "micro_f1":
         raise ValueError(f"thresholds maximize micro_f1 or macro_f1, not {metric!r}")
+    if not truth.any():
+        return [0.5] * truth.shape[1]
     shared = _best_cut(truth.ravel(), probabilities.ravel())[0]
     thresholds = np.full(truth.shape[1], shared)
     predicted = probabilities >= thresholds
