@@ -72,6 +72,23 @@ class _SummedGradientsAdamW(keras.optimizers.AdamW):
     def _all_reduce_sum_gradients(self, grads_and_vars):
         return list(grads_and_vars)
 
+    def _apply_weight_decay(self, variables):
+        # As Keras's, but the schedule is read once a step, not once per
+        # decayed variable: each read traces the schedule's graph again.
+        def apply(distribution, variables):
+            learning_rate = self.learning_rate
+            for variable in (variable.value for variable in variables):  # tf.Variables, named by path
+                if self._use_weight_decay(variable):
+                    distribution.extended.update(
+                        variable,
+                        lambda value: value.assign_sub(
+                            value * tf.cast(self.weight_decay, value.dtype) * tf.cast(learning_rate, value.dtype)
+                        ),
+                        group=False,
+                    )
+
+        tf.__internal__.distribute.interim.maybe_merge_call(apply, self._distribution_strategy, variables)
+
 
 def _per_example_loss(labels, probabilities, weights=None):
     # Cross-entropy per example; weighted, and averaged over an example's
