@@ -665,6 +665,7 @@ def test_members_hold_out_one_slice_refit_on_all_training_files_and_eval_scores_
         assert score["validation"]["accuracy"] == pytest.approx(accuracy([kept_model], held_out))
 
 
+@pytest.mark.slow
 def test_unlabelled_files_are_streamed_into_the_pretraining_with_the_training_texts(tmp_path, capsys):
     corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
     unlabelled = [f"{text} zorblax" for text, _ in generate(200, seed=11)]  # a word no training text has

@@ -616,6 +616,7 @@ def _finish(workers, timeout=300):
     return outputs
 
 
+@pytest.mark.slow
 def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(tmp_path, corpus):
     config_path = str(tmp_path / "tiny.json")
     with open(config_path, "w") as f:  # the default slice and refit: both workers hold out the same examples
