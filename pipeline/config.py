@@ -185,8 +185,9 @@ class TrainConfig:
     seed: int = 42
     # "auto" (mixed_bfloat16 on TPUs, float32 elsewhere), "float32" or "mixed_bfloat16".
     precision: str = "auto"
-    # The validation score that keeps the best epoch: "loss" (the lowest), "accuracy" or "macro_f1" (the
-    # highest); the loss tells epochs apart where accuracy's resolution cannot.
+    # The validation score that keeps the best epoch: "loss" (the lowest), or one of the task's scores in
+    # pipeline.metrics.BEST_METRICS (accuracy, macro_f1; micro_f1; rmse, pearson, spearman); the loss tells
+    # epochs apart where accuracy's resolution cannot.
     best_metric: str = "loss"
     # Keep and export the epoch with the best validation score; false keeps the last epoch, and the
     # evaluation files choose nothing.

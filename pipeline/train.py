@@ -61,7 +61,15 @@ from pipeline.layout import (
     REFIT_DIR,
     VOCABULARY_FILE,
 )
-from pipeline.metrics import format_report, one_class_warning, report_of, score_keys, scores_line, selection_score
+from pipeline.metrics import (
+    BEST_METRICS,
+    format_report,
+    one_class_warning,
+    report_of,
+    score_keys,
+    scores_line,
+    selection_score,
+)
 from pipeline.model import build_model
 from pipeline.pretrain import initialize_from, pretrain, vocabulary_texts, with_pretrain_epochs
 from pipeline.readers import DataError
@@ -715,7 +723,9 @@ NOTES = {
     "patience": "stop after this many epochs without a better validation score, 0 = never; ",
     "validation-split": "fraction of --train held out to keep the best epoch on, 0 = keep it on --eval; ",
     "members": "classifiers fine-tuned from the one pre-training, exported as one ensemble; ",
-    "best-metric": "the validation score that keeps the epoch: loss (the lowest), accuracy or macro_f1; ",
+    "best-metric": "the validation score that keeps the epoch: loss (the lowest) or, by --task, "
+    + "; ".join(f"{task}: {', '.join(m for m in metrics if m != 'loss')}" for task, metrics in BEST_METRICS.items())
+    + "; ",
     "class-weight": "the classes' weights in the loss: none, balanced, or NAME:WEIGHT,...; ",
     "pretrain-learning-rate": "masked-LM's peak learning rate; ",
     "pretrain-batch-size": "sequences per masked-LM step; ",
