@@ -58,22 +58,35 @@ class BertItemSelector(item_selector_ops.ItemSelector):
 
 
 def swap_segments(word_ids, max_length):
-    """ALBERT's sentence-order task on single documents.
+    """ALBERT's sentence-order task.
 
-    Cuts each sequence of `Tokenizer.word_ids` output (`[CLS]` first) at a
-    random word boundary into two segments and returns `[CLS] A [SEP] B`, or,
-    for half of the sequences, `[CLS] B [SEP] A`. Where the [SEP] does not
-    fit, the last word makes room. A sequence of fewer than two words cannot
-    be cut; it stays in order with weight 0.
+    Cuts each sequence of `Tokenizer.word_ids` or `packing.pack` output
+    (`[CLS]` first) into two segments and returns `[CLS] A [SEP] B`, or, for
+    half of the sequences, `[CLS] B [SEP] A`. A pair of texts (`[CLS] a
+    [SEP] b`) is cut at its [SEP], so that its segments are those the
+    classifier reads; a single text at a random word boundary, where, if the
+    [SEP] does not fit, the last word makes room. A sequence that cannot be
+    cut in two non-empty segments stays in order with weight 0.
 
     Returns:
         `(word_ids, swapped int32 (batch,), weights float32 (batch,))`.
     """
-    words = first_words(word_ids[:, 1:], max_length - 2)  # without [CLS], room for it and [SEP]
+    words = word_ids[:, 1:]  # without [CLS]
+    pieces = words.values  # (words, (pieces)), or uniform where each word is one piece
+    leading = pieces[:, 0] if isinstance(pieces, tf.Tensor) else tf.gather(pieces.flat_values, pieces.row_starts())
+    separator = tf.RaggedTensor.from_row_splits(leading == SEP_ID, words.row_splits)
+    paired = tf.reduce_any(separator, axis=1)
+    # A pair's [SEP]: as many words before it as come first.
+    pair_cut = tf.argmax(tf.cast(separator.to_tensor(False), tf.int32), axis=1, output_type=tf.int64)
+    # Room for [CLS] and [SEP].
+    words = first_words(tf.ragged.boolean_mask(words, tf.logical_not(separator)), max_length - 2)
     count = words.row_lengths()
-    cuttable = count >= 2
-    # The cut: 1 .. count - 1 words before it.
-    cut = 1 + tf.cast(tf.random.uniform(tf.shape(count)) * tf.cast(tf.maximum(count - 1, 1), tf.float32), tf.int64)
+    # A single text's cut: 1 .. count - 1 words before it.
+    random_cut = 1 + tf.cast(
+        tf.random.uniform(tf.shape(count)) * tf.cast(tf.maximum(count - 1, 1), tf.float32), tf.int64
+    )
+    cut = tf.where(paired, pair_cut, random_cut)
+    cuttable = (cut >= 1) & (cut < count)
     swapped = cuttable & (tf.random.uniform(tf.shape(count)) < 0.5)
     first = tf.not_equal(tf.ragged.range(count) < cut[:, None], swapped[:, None])  # the segment put first
     cls, sep = (one_word(token, words.nrows()) for token in (CLS_ID, SEP_ID))

@@ -5,7 +5,8 @@
     text by TensorFlow's reader, other formats by `readers.file_examples`,
     every row checked with file:line
     -> tokenized in batches by the tokenizer's tensorflow-text ops
-    -> the lines of each document packed into sequences (`packing.pack`)
+    -> the lines of each document packed into sequences (`packing.pack`);
+    a pair of texts (`data.text_pair_column`) into one, `[CLS] a [SEP] b`
 
 Nothing here holds a large corpus or writes it into a tf.data graph, so
 memory and the time to the first step do not grow with the corpus. Texts in
@@ -41,7 +42,8 @@ class TextSource:
     (streamed), or both (labelled texts and unlabelled files).
 
     `texts` is `Examples` or files (a path, glob or list of them); `files`
-    more files besides them. `join_lines` packs the lines of a
+    more files besides them. A text is a string, or a pair of them where
+    the data has a text pair column. `join_lines` packs the lines of a
     document together, a blank line ending each document (plain text files
     only); otherwise each line or row is a document. `skipped` counts the
     rows left out by reason with `skip_bad_rows` (a stream counts them as it
@@ -49,7 +51,7 @@ class TextSource:
     """
 
     def __init__(self, texts, data_config=None, join_lines=False, files=None):
-        self.examples = _singles(texts) if isinstance(texts, Examples) else None
+        self.examples = texts if isinstance(texts, Examples) else None
         paths = ([] if self.examples is not None else expand_paths(texts)) + (expand_paths(files) if files else [])
         self.files = paths or None
         self._bytes = {path: tf.io.gfile.stat(path).length for path in paths}  # read once: a bucket's are remote
@@ -63,8 +65,13 @@ class TextSource:
     def sample(self, size, seed):
         """`(texts, complete)`: the texts in memory (a draw of `size` where
         more), then the first texts of the files, in an order drawn with
-        `seed`, up to `size` in all; and whether that is every text, in which
-        case they come in the corpus's order and are kept in memory."""
+        `seed`, up to `size` in all, each of a pair's two in turn; and
+        whether that is every text, in which case they come in the corpus's
+        order and are kept in memory."""
+        texts, complete = self._sample(size, seed)
+        return [text for row in texts for text in (row if isinstance(row, tuple) else (row,))], complete
+
+    def _sample(self, size, seed):
         texts = []
         if self.examples is not None:
             texts = list(self.examples.texts)
@@ -90,12 +97,14 @@ class TextSource:
 
     def _measured(self, texts):
         # `texts` of the files, their mean size noted to estimate how many the files hold.
-        self._bytes_per_text = sum(len(text.encode()) + 1 for text in texts) / max(1, len(texts))
+        size = sum(len("\t".join(text if isinstance(text, tuple) else (text,)).encode()) + 1 for text in texts)
+        self._bytes_per_text = size / max(1, len(texts))
         return texts
 
     def documents(self, input_context=None, seed=None):
-        """`(texts, starts)` batches of this input pipeline's lines, `starts`
-        true where a line starts a document. With `seed`, a pass after pass
+        """`(texts, starts, seconds)` batches of this input pipeline's lines,
+        `starts` true where a line starts a document, `seconds` a pair's
+        second text ("" for a text alone). With `seed`, a pass after pass
         without end, each reading the files in a new order; otherwise one
         pass, in the corpus's order. Texts in memory beside files come in as
         many batches as the files' (estimated from the sample), drawn at
@@ -106,7 +115,8 @@ class TextSource:
         memory = None
         if self.examples is not None:
             # Texts in memory (labelled texts, or a corpus read whole for the sample), each a document.
-            memory = tf.data.Dataset.from_tensor_slices(self.examples.texts).shard(pipelines, pipeline)
+            firsts, seconds = _columns(self.examples.texts)
+            memory = tf.data.Dataset.from_tensor_slices((firsts, seconds)).shard(pipelines, pipeline)
         if not self.files:
             one_pass = _as_documents(memory.batch(READ_BATCH))
         elif memory is None:
@@ -133,7 +143,7 @@ class TextSource:
         native = not self.data_config.skip_bad_rows and all(
             file_format(path, self.data_config.file_format) == "text" for path in files
         )
-        signature = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.bool))
+        signature = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.bool), tf.TensorSpec([None], tf.string))
 
         def read(path):
             if native:  # TensorFlow's reader alone: no Python in the input pipeline
@@ -163,10 +173,11 @@ class TextSource:
         )
 
     def _rows(self, path, skipped):
-        # Each text of a pair (data.text_pair_column; plain text has none) is a document of its own.
+        # `(text, label, source)` of a file's rows; a text is a pair of texts
+        # where the data has a text pair column (plain text has none).
         plain = file_format(path, self.data_config.file_format) == "text"
         columns = self.data_config.text_column if plain else self.data_config.text_columns
-        rows = file_examples(
+        return file_examples(
             path,
             columns,
             None,
@@ -174,9 +185,6 @@ class TextSource:
             skipped if self.data_config.skip_bad_rows else None,
             blank_lines=self.join_lines,
         )
-        if not isinstance(columns, tuple):
-            return rows
-        return ((text, label, source) for pair, label, source in rows for text in pair)
 
     def _batches(self, path, pipelines, pipeline):
         # One file's lines in batches; a blank line ends a document. With
@@ -193,19 +201,31 @@ class TextSource:
                 starts.append(start or not self.join_lines)
             start = False
             if len(texts) == READ_BATCH:
-                yield np.array(texts, dtype=object), np.array(starts)
+                yield _batch(texts, starts)
                 texts, starts = [], []
         if texts:
-            yield np.array(texts, dtype=object), np.array(starts)
+            yield _batch(texts, starts)
+
+
+def _columns(texts):
+    # `(firsts, seconds)` of texts and pairs of texts, "" the second of a text alone.
+    pairs = [text if isinstance(text, tuple) else (text, "") for text in texts]
+    return [a for a, _ in pairs], [b for _, b in pairs]
+
+
+def _batch(texts, starts):
+    # A `documents` batch of rows read by Python.
+    firsts, seconds = _columns(texts)
+    return np.array(firsts, dtype=object), np.array(starts), np.array(seconds, dtype=object)
 
 
 def _as_documents(batches):
-    # `(texts, starts)` batches of texts that are each a document.
-    return batches.map(lambda batch: (batch, tf.ones_like(batch, tf.bool)))
+    # `documents` batches of `(firsts, seconds)` that are each a document.
+    return batches.map(lambda firsts, seconds: (firsts, tf.ones_like(firsts, tf.bool), seconds))
 
 
 def _text_lines(path, pipelines, pipeline, join_lines):
-    """`(texts, starts)` batches of one plain text file, as `TextSource._batches`
+    """`(texts, starts, seconds)` batches of one plain text file, as `TextSource._batches`
     gives them, read and checked by TensorFlow's ops: a line that is not
     UTF-8 stops the stream naming the file and line."""
 
@@ -229,7 +249,7 @@ def _text_lines(path, pipelines, pipeline, join_lines):
         with tf.control_dependencies([tf.debugging.Assert(~tf.reduce_any(bad), [message])]):
             texts = tf.boolean_mask(lines, keep)
         state = (first_line + tf.size(lines, tf.int64), blank[-1], documents + tf.reduce_sum(tf.cast(starts, tf.int64)))
-        return state, (texts, tf.boolean_mask(starts, keep))
+        return state, (texts, tf.boolean_mask(starts, keep), tf.fill(tf.shape(texts), ""))
 
     initial = (tf.constant(1, tf.int64), tf.constant(True), tf.constant(0, tf.int64))
     return tf.data.TextLineDataset(path).batch(READ_BATCH).scan(initial, check)
@@ -242,11 +262,17 @@ def _packing(tokenizer, join_lines):
     key = (tuple(sorted(tokenizer.settings.items())), join_lines)
     if key not in by_settings:
         owner, max_length = weakref.ref(tokenizer), tokenizer.max_length  # the cache must not keep its key alive
-        by_settings[key] = tf.function(
-            lambda texts, starts: pack(owner().word_pieces(texts), starts, max_length, join_lines),
-            autograph=False,
-            input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.bool)],
-        )
+        strings, flags = tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.bool)
+
+        def packing(texts, starts, seconds):
+            pieces = owner().word_pieces(texts)
+            return tf.cond(  # texts alone skip tokenizing their empty seconds
+                tf.reduce_any(seconds != ""),
+                lambda: pack(pieces, starts, max_length, join_lines, owner().word_pieces(seconds)),
+                lambda: pack(pieces, starts, max_length, join_lines),
+            )
+
+        by_settings[key] = tf.function(packing, autograph=False, input_signature=[strings, flags, strings])
     return by_settings[key]
 
 
@@ -316,23 +342,11 @@ def _lengths(sequences):
     return sequences.batch(4096).map(lambda batch: batch.merge_dims(1, 2).row_lengths()).as_numpy_iterator()
 
 
-def _singles(examples):
-    # `Examples` of pairs of texts as examples of each text alone, in turn.
-    if not examples.texts or not isinstance(examples.texts[0], tuple):
-        return examples
-    return Examples(
-        [text for pair in examples.texts for text in pair],
-        [label for label in examples.labels for _ in range(2)],
-        [source for source in examples.sources for _ in range(2)],
-        examples.skipped,
-    )
-
-
 def in_memory(texts):
-    """`Examples` of unlabelled texts, for a `TextSource`."""
+    """`Examples` of unlabelled texts (or pairs of texts), for a `TextSource`."""
     return Examples(list(texts), [""] * len(texts), [f"text {index}" for index in range(len(texts))], {})
 
 
 def sequences_of(texts, tokenizer):
-    """The cached `Sequences` of texts in memory, each a document."""
+    """The cached `Sequences` of texts (or pairs of texts) in memory, each a document."""
     return Sequences(TextSource(in_memory(texts)), tokenizer)

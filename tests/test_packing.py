@@ -2,7 +2,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline.packing import pack, padding_share
-from pipeline.tokenizer import CLS_ID
+from pipeline.tokenizer import CLS_ID, SEP_ID
 
 # Five lines of ids by word: a document of two lines, one of three (its first
 # line of 6 tokens), and an empty line that starts a third.
@@ -64,3 +64,19 @@ def test_no_lines_or_only_empty_ones_make_no_sequence(join_lines):
 
 def test_padding_share():
     assert padding_share([4, 2], 8) == pytest.approx(1 - 6 / 16)
+
+
+def test_a_pair_is_one_sequence_a_sep_b_cut_from_its_longer_text_and_a_line_after_it_starts_a_document():
+    firsts = tf.ragged.constant(
+        [[[5], [6, 7], [8], [9], [10], [11]], [[20], [21]], [[30]]], dtype=tf.int32, ragged_rank=2
+    )
+    seconds = tf.ragged.constant(
+        [[[40], [41]], [], [[50], [51], [52], [53], [54], [55]]], dtype=tf.int32, ragged_rank=2
+    )
+    # 6 tokens beside [CLS] and [SEP]: a long first text keeps whole words up to what the second leaves,
+    # at least half; the line after a pair is a document even though it does not start one.
+    assert _packed(firsts, tf.constant([True, False, False]), 8, True, seconds) == [
+        [[CLS_ID], [5], [6, 7], [8], [SEP_ID], [40], [41]],
+        [[CLS_ID], [20], [21]],
+        [[CLS_ID], [30], [SEP_ID], [50], [51], [52], [53], [54]],
+    ]

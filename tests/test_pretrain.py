@@ -552,6 +552,22 @@ def test_sentence_order_cuts_documents_into_two_halves_and_swaps_half_of_them():
     assert abs(swapped[weights > 0].mean() - 0.5) < 0.03
 
 
+def test_sentence_order_cuts_a_pair_at_its_separator_into_the_segments_the_classifier_reads():
+    tokenizer = Tokenizer.learn(["a b c x y"], kind="word", min_count=1, max_length=12)
+    ids = {token: index for index, token in enumerate(tokenizer.vocabulary)}
+    pairs = [("a b c", "x y")] * 200 + [("a b c x y", "")]  # a text alone beside them
+    word_ids = next(iter(sequences_of(pairs, tokenizer)().batch(201)))
+    tf.random.set_seed(3)
+    ordered, swapped, weights = swap_segments(word_ids, 12)
+    a, b = [ids[w] for w in "a b c".split()], [ids["x"], ids["y"]]
+    in_order, reversed_ = [CLS_ID, *a, SEP_ID, *b], [CLS_ID, *b, SEP_ID, *a]
+    rows = ordered.merge_dims(1, 2).to_list()
+    assert all(row == (reversed_ if swap else in_order) for row, swap in zip(rows[:200], swapped[:200].numpy()))
+    assert weights.numpy().tolist() == [1.0] * 201 and 60 < swapped.numpy().sum() < 140
+    alone = rows[200]
+    assert alone.count(SEP_ID) == 1 and sorted(alone) == sorted(in_order)  # cut at a random word
+
+
 @pytest.mark.slow
 def test_sentence_order_prediction_learns_and_the_classifier_starts_from_it(tmp_path):
     # Documents open with "alpha" and close with "omega": the order of two

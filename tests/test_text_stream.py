@@ -159,3 +159,24 @@ def test_texts_in_memory_and_unlabelled_files_are_one_corpus_spread_through_each
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
         shares.append(collections.Counter(_tokens(Sequences(source, tokenizer, cached=False)(context, seed=3), 820)))
     assert not shares[0] & shares[1] and sum((shares[0] + shares[1]).values()) == 1640
+
+
+def test_a_pair_is_one_sequence_a_sep_b_from_memory_from_a_file_and_beside_plain_text(tmp_path):
+    pairs = [(f"a{n} x", f"b{n} y z") for n in range(30)]
+    path = tmp_path / "pairs.csv"
+    path.write_text("premise,hypothesis,label\n" + "".join(f"{a},{b},l\n" for a, b in pairs), encoding="utf-8")
+    plain = _write(str(tmp_path / "plain.txt"), ["p q r", "s t"])
+    data = DataConfig(**WORDS, text_column="premise", text_pair_column="hypothesis")
+    tokenizer = _tokenizer([text for pair in pairs for text in pair] + ["p q r s t"])
+    word = {index: token for index, token in enumerate(tokenizer.vocabulary)}
+    expected = [f"{a} [SEP] {b}" for a, b in pairs]  # the classifier's segments, [CLS] aside and no [SEP] last
+
+    def read(sequences):
+        return [" ".join(word[i] for i in ids) for ids in _tokens(sequences)]
+
+    assert read(sequences_of(pairs, tokenizer)()) == expected
+    assert read(TextSource(str(path), data).sequences(tokenizer)) == expected  # read by Python, a CSV
+    mixed = TextSource(str(path), data, files=plain)
+    texts, complete = mixed.sample(1000, seed=0)
+    assert complete and sorted(texts) == sorted([*(text for pair in pairs for text in pair), "p q r", "s t"])
+    assert sorted(read(Sequences(mixed, tokenizer)())) == sorted([*expected, "p q r", "s t"])
