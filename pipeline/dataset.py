@@ -53,8 +53,8 @@ def is_pairs(texts):
 
 
 def singles(texts):
-    """Every text of `texts`, each of a pair's two in turn."""
-    return [text for pair in texts for text in pair] if texts and is_pairs(texts) else texts
+    """Every text of `texts` (strings, pairs of them, or both), each of a pair's two in turn."""
+    return [text for row in texts for text in (row if isinstance(row, tuple) else (row,))]
 
 
 def in_batches(texts, function):

@@ -65,13 +65,9 @@ class TextSource:
     def sample(self, size, seed):
         """`(texts, complete)`: the texts in memory (a draw of `size` where
         more), then the first texts of the files, in an order drawn with
-        `seed`, up to `size` in all, each of a pair's two in turn; and
+        `seed`, up to `size` in all (a pair of texts counts as one); and
         whether that is every text, in which case they come in the corpus's
         order and are kept in memory."""
-        texts, complete = self._sample(size, seed)
-        return [text for row in texts for text in (row if isinstance(row, tuple) else (row,))], complete
-
-    def _sample(self, size, seed):
         texts = []
         if self.examples is not None:
             texts = list(self.examples.texts)

@@ -321,14 +321,16 @@ class Tokenizer(tf.Module):
 
     def fitting_length(self, texts, quantile=99, multiple=16):
         """The `quantile`th percentile of the texts' token counts ([CLS]
-        included; of pairs of texts, packed by `pair`), rounded up to a
+        included; of pairs of texts, packed by `pair`; both may come in one
+        list), rounded up to a
         multiple of `multiple`, at most the current `max_length`."""
-        lengths = []
-        pairs = bool(texts) and isinstance(texts[0], tuple)
-        slices = tuple(map(list, zip(*texts))) if pairs else texts
-        for batch in tf.data.Dataset.from_tensor_slices(slices).batch(4096):
-            ids = self.traced(pairs)(*batch) if pairs else self.traced()(batch)
-            lengths.append(tf.math.count_nonzero(ids, axis=1).numpy())
+        lengths = [np.zeros(0, np.int64)]
+        pairs = [text for text in texts if isinstance(text, tuple)]
+        alone = [text for text in texts if not isinstance(text, tuple)]
+        for slices, traced in ((tuple(map(list, zip(*pairs))), self.traced(pairs=True)), (alone, self.traced())):
+            for batch in tf.data.Dataset.from_tensor_slices(slices).batch(4096) if slices else ():
+                ids = traced(*batch) if isinstance(batch, tuple) else traced(batch)
+                lengths.append(tf.math.count_nonzero(ids, axis=1).numpy())
         length = float(np.percentile(np.concatenate(lengths), quantile))
         return int(min(self.max_length, max(multiple, -(-length // multiple) * multiple)))
 

@@ -61,8 +61,9 @@ def test_a_pair_is_packed_cls_a_sep_b_sep_and_the_longer_text_is_cut_first():
     # 8 + 2 tokens and 3 markers in 10: the longer loses 3, the shorter keeps both.
     assert packed[0].tolist() == [CLS_ID, *[ids[w] for w in "a b c d e".split()], SEP_ID, ids["x"], ids["y"], SEP_ID]
     assert packed[1].tolist() == [CLS_ID, ids["a"], SEP_ID, ids["x"], ids["y"], SEP_ID, 0, 0, 0, 0]
-    # The length a run derives counts the pair as packed.
+    # The length a run derives counts the pair as packed, beside texts alone.
     assert tokenizer.fitting_length([("a", "x y")], multiple=2) == 6
+    assert tokenizer.fitting_length([("a", "x y"), "a b c d e f g"], quantile=0, multiple=1) == 6
 
 
 def test_a_missing_or_empty_second_text_names_file_line_and_column(tmp_path):
