@@ -273,6 +273,10 @@ class PretrainConfig:
     # take, its text column read and its labels ignored) pre-trained on besides the run's own texts: with
     # pipeline.train, its training texts, from which and these the vocabulary is learned too.
     unlabelled: str = ""
+    # A tf.data service dispatcher ("grpc://HOST:PORT", started by python -m pipeline.data_service) whose
+    # workers read, tokenize, pack and mask pipeline.pretrain's plain text files instead of this host's CPUs;
+    # "" does it here. The workers take the files as they ask for them, so the steps' order is not repeatable.
+    data_service: str = ""
 
     def __post_init__(self):
         for name in ("batch_size", "max_predictions", "shuffle_buffer"):

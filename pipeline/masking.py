@@ -185,6 +185,7 @@ def masked_lm_dataset(
     skip_batches=0,
     input_context=None,
     length_bucket=0,
+    data_service="",
 ):
     """One epoch of masked batches of `sequences` (a `text_stream.Sequences`),
     shuffled by `(seed, epoch)`: a pass of a cached corpus, or steps of a
@@ -196,6 +197,12 @@ def masked_lm_dataset(
     allow); each step is masked whole, then split among this host's
     replicas. A resumed run reads and masks again the `skip_batches` steps
     it skips, so it goes on with the steps an uninterrupted run takes.
+
+    With `data_service` (a tf.data service dispatcher's address), its
+    workers make the steps of a stream of files: the dispatcher hands the
+    files out to them as they ask, so each pass reads every document once,
+    in an order that depends on their speed; no step is skipped, as none
+    would repeat, and the steps go on without end.
     """
     batch_size, step_size = batch_sizes(global_batch_size, input_context)
     epoch_seed = seed * 1000 + epoch
@@ -210,7 +217,12 @@ def masked_lm_dataset(
     # choices depend only on the seed and the step order; the skipped steps
     # are masked too, so a resumed run draws what an uninterrupted one would.
     mask = _traced_masking(vocabulary_size, max_length, dataclasses.astuple(pretrain_config), length_bucket)
-    dataset = dataset.map(lambda word_ids: _with_step_size(mask(word_ids), step_size)).skip(skip_batches)
+    dataset = dataset.map(lambda word_ids: _with_step_size(mask(word_ids), step_size))
+    if data_service:
+        service = tf.data.experimental.service
+        dataset = dataset.apply(service.distribute(service.ShardingPolicy.DYNAMIC, data_service)).repeat()
+    else:
+        dataset = dataset.skip(skip_batches)
     return replica_batches(dataset, batch_size, step_size)
 
 

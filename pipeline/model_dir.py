@@ -18,12 +18,16 @@ from pipeline.trainer import model_variables
 # trains the same weights to the digit whatever they are (tests), so it
 # resumes with others, and a finished pre-training is shared across them.
 HOST_LOOP_FIELDS = {"train": {"steps_per_execution", "checkpoint_every"}}
+# Where the input is computed: a run resumes with another tf.data service
+# dispatcher or none, and a finished pre-training is shared whatever it used
+# (its steps are drawn alike, though not the same).
+INPUT_SERVICE_FIELDS = {"pretrain": {"data_service"}}
 # Fields a resumed run may change: those, and those that act after
 # everything a run resumes from. train.refit and members 2..N of
 # train.members come after the run's own training, so a finished run gets
 # its refit by being started again with --refit, and grows (or shrinks) its
 # ensemble with another --members.
-CHANGEABLE_ON_RESUME = {"train": {"refit", "members"} | HOST_LOOP_FIELDS["train"]}
+CHANGEABLE_ON_RESUME = {"train": {"refit", "members"} | HOST_LOOP_FIELDS["train"], **INPUT_SERVICE_FIELDS}
 
 
 def load_config(model_dir):

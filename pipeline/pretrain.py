@@ -114,7 +114,10 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     output = output_dir(model_dir, strategy)  # model_dir but on a cluster's other workers
     tf.io.gfile.makedirs(output)
     source = _source(config, text_paths)
-    texts, complete = raising_data_errors(source.sample, config.data.sample_size, config.train.seed)
+    served = bool(config.pretrain.data_service)
+    if served:
+        _check_servable(source)
+    texts, complete = raising_data_errors(source.sample, config.data.sample_size, config.train.seed, keep=not served)
     tokenizer = _vocabulary(model_dir, output, vocabulary_from, texts, config)
     config = override(
         config,
@@ -130,9 +133,12 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         _print_report(report)
         finish_run(model_dir, strategy)
         return report
-    # A corpus read whole for the sample is cached; texts in memory are anyway.
+    # A corpus read whole for the sample is cached, texts in memory are anyway; the service's workers stream.
     sequences = Sequences(
-        source, tokenizer, cached=complete or source.files is None, shuffle_buffer=config.pretrain.shuffle_buffer
+        source,
+        tokenizer,
+        cached=(complete or source.files is None) and not served,
+        shuffle_buffer=config.pretrain.shuffle_buffer,
     )
     padding = padding_share(raising_data_errors(sequences.lengths), tokenizer.max_length)
     _print_start(config, source, sequences, len(texts), padding, strategy)
@@ -158,6 +164,7 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
         config.pretrain,
         config.train.seed,
         length_bucket=usable_length_bucket(config, strategy),
+        data_service=config.pretrain.data_service,
     )
     losses = raising_data_errors(trainer.fit, make_dataset, sequences_per_epoch, epochs)
     evaluation_steps = max(1, EVALUATION_DOCUMENTS // train_config.batch_size)
@@ -179,6 +186,21 @@ def pretrain(config, model_dir, text_paths, vocabulary_from=None, tpu=None, stra
     _print_report(report)
     finish_run(model_dir, strategy)
     return report
+
+
+def _check_servable(source):
+    # What tf.data service workers can make: plain text files, streamed.
+    if source.examples is not None:
+        raise ValueError(
+            "pretrain.data_service (--data-service) streams files of text; texts held in memory (pipeline.train's "
+            "labelled texts) are made on this host: pre-train with pipeline.pretrain --text FILES, then --init-from"
+        )
+    if source.read_in_python():
+        raise ValueError(
+            f"{source.read_in_python()[0]}: --data-service reads plain text files alone (TensorFlow's reader, "
+            "which runs on the service's workers); CSV, TSV, JSONL and TFRecord rows, and --skip-bad-rows, "
+            "are read in Python on this host"
+        )
 
 
 def vocabulary_texts(config, examples):
@@ -266,7 +288,9 @@ def _pretraining_settings(settings):
     # What the pre-training's weights depend on: neither the fields it never
     # reads nor those of its host loop.
     ignored = {
-        section: set(UNREAD_FIELDS.get(section, ())) | run_dir.HOST_LOOP_FIELDS.get(section, set())
+        section: set(UNREAD_FIELDS.get(section, ()))
+        | run_dir.HOST_LOOP_FIELDS.get(section, set())
+        | run_dir.INPUT_SERVICE_FIELDS.get(section, set())
         for section in settings
     }
     return {
@@ -465,6 +489,11 @@ def main(argv=None):
         "lines are packed into sequences together",
     )
     parser.add_argument("--sample-size", type=int, help="texts the vocabulary is learned from, data.sample_size")
+    parser.add_argument(
+        "--data-service",
+        help="grpc://HOST:PORT of a tf.data service dispatcher (python -m pipeline.data_service) whose workers "
+        "read, tokenize, pack and mask the plain text files, pretrain.data_service",
+    )
     parser.add_argument("--max-length", type=int)
     parser.add_argument("--max-predictions", type=int, help="predicted positions per sequence (default 20)")
     parser.add_argument("--whole-word-masking", action="store_true", help="mask all pieces of a word together")
@@ -485,6 +514,7 @@ def main(argv=None):
         ("min_steps", "pretrain", "min_steps"),
         ("documents", "pretrain", "documents"),
         ("sample_size", "data", "sample_size"),
+        ("data_service", "pretrain", "data_service"),
     ]:
         if getattr(args, flag) is not None:
             values[section][field] = getattr(args, flag)

@@ -62,12 +62,12 @@ class TextSource:
         self.skipped = collections.Counter(self.examples.skipped if self.examples else ())
         self._bytes_per_text = None  # of the files' texts, from the sample
 
-    def sample(self, size, seed):
+    def sample(self, size, seed, keep=True):
         """`(texts, complete)`: the texts in memory (a draw of `size` where
         more), then the first texts of the files, in an order drawn with
         `seed`, up to `size` in all (a pair of texts counts as one); and
         whether that is every text, in which case they come in the corpus's
-        order and are kept in memory."""
+        order and, with `keep`, are kept in memory."""
         texts = []
         if self.examples is not None:
             texts = list(self.examples.texts)
@@ -87,7 +87,7 @@ class TextSource:
                 by_file[index].append(text)
                 count += 1
         texts += self._measured([text for index in sorted(by_file) for text in by_file[index]])
-        if not self.join_lines:  # read whole: kept, so that no pass reads the files again
+        if keep and not self.join_lines:  # read whole: kept, so that no pass reads the files again
             self.examples, self.files = in_memory(texts), None
         return texts, True
 
@@ -136,9 +136,7 @@ class TextSource:
         by_file = len(self.files) >= pipelines  # else every pipeline reads a share of each file
         files = self.files[pipeline::pipelines] if by_file else self.files
         share = (1, 0) if by_file else (pipelines, pipeline)
-        native = not self.data_config.skip_bad_rows and all(
-            file_format(path, self.data_config.file_format) == "text" for path in files
-        )
+        native = not self.read_in_python(files)
         signature = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.bool), tf.TensorSpec([None], tf.string))
 
         def read(path):
@@ -157,6 +155,17 @@ class TextSource:
         return dataset.interleave(
             read, cycle_length=min(CYCLE_LENGTH, len(files)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         ), batches
+
+    def read_in_python(self, files=None):
+        """The files (of `files`, by default all) that Python reads rather
+        than TensorFlow's reader: rows of other formats than plain text, or
+        every file where bad rows are skipped."""
+        files = self.files if files is None else files
+        return [
+            path
+            for path in files or ()
+            if self.data_config.skip_bad_rows or file_format(path, self.data_config.file_format) != "text"
+        ]
 
     def sequences(self, tokenizer, input_context=None, seed=None):
         """`documents` tokenized and packed: one `(words, pieces)` int32

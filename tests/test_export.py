@@ -251,6 +251,7 @@ def test_console_scripts_run_the_entry_points(exported):
         "albert-predict": "pipeline.predict:main",
         "albert-visualize": "pipeline.visualize:main",
         "albert-sweep": "tuning.sweep:main",
+        "albert-data-service": "pipeline.data_service:main",
     }
     assert all(callable(point.load()) for point in scripts.values())
     _, _, root, _ = exported
