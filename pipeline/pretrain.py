@@ -12,7 +12,8 @@ of up to max_length tokens; and the encoder learns to predict masked tokens
 for `train.pretrain_epochs` passes (or `--epochs`; more where they would be
 fewer than `--min-steps` steps), or for `--steps` steps,
 with the same strategies, host loops, checkpoints and resume as training.
-Memory does not grow with the corpus. Then
+Memory does not grow with the corpus; with `--data-service`, tf.data
+service workers (`python -m pipeline.data_service`) make the input. Then
 
     python -m pipeline.train --init-from DIR --train ... --eval ...
 
