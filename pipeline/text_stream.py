@@ -156,6 +156,15 @@ class TextSource:
             read, cycle_length=min(CYCLE_LENGTH, len(files)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         ), batches
 
+    def has_pairs(self):
+        """Whether some texts are pairs: in memory, or rows of files with a
+        text pair column (plain text has none)."""
+        if self.examples is not None and any(isinstance(text, tuple) for text in self.examples.texts):
+            return True
+        return bool(self.data_config and self.data_config.text_pair_column) and any(
+            file_format(path, self.data_config.file_format) != "text" for path in self.files or ()
+        )
+
     def read_in_python(self, files=None):
         """The files (of `files`, by default all) that Python reads rather
         than TensorFlow's reader: rows of other formats than plain text, or
@@ -173,7 +182,11 @@ class TextSource:
         # In order: the random draws after it depend on the order of what it gives.
         return (
             self.documents(input_context, seed)
-            .map(_packing(tokenizer, self.join_lines), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .map(
+                _packing(tokenizer, self.join_lines, self.has_pairs()),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True,
+            )
             .unbatch()
         )
 
@@ -260,22 +273,20 @@ def _text_lines(path, pipelines, pipeline, join_lines):
     return tf.data.TextLineDataset(path).batch(READ_BATCH).scan(initial, check)
 
 
-def _packing(tokenizer, join_lines):
+def _packing(tokenizer, join_lines, pairs):
     # Tokenizing and packing as a tf.function traced once per tokenizer and
     # settings, not at every dataset made of them (about a second each).
+    # Without `pairs` the second texts are not read: a tf.cond choosing by
+    # batch made a stream of texts alone pack at half the speed.
     by_settings = _PACKING.setdefault(tokenizer, {})
-    key = (tuple(sorted(tokenizer.settings.items())), join_lines)
+    key = (tuple(sorted(tokenizer.settings.items())), join_lines, pairs)
     if key not in by_settings:
         owner, max_length = weakref.ref(tokenizer), tokenizer.max_length  # the cache must not keep its key alive
         strings, flags = tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.bool)
 
         def packing(texts, starts, seconds):
-            pieces = owner().word_pieces(texts)
-            return tf.cond(  # texts alone skip tokenizing their empty seconds
-                tf.reduce_any(seconds != ""),
-                lambda: pack(pieces, starts, max_length, join_lines, owner().word_pieces(seconds)),
-                lambda: pack(pieces, starts, max_length, join_lines),
-            )
+            second = owner().word_pieces(seconds) if pairs else None
+            return pack(owner().word_pieces(texts), starts, max_length, join_lines, second)
 
         by_settings[key] = tf.function(packing, autograph=False, input_signature=[strings, flags, strings])
     return by_settings[key]
