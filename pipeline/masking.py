@@ -37,10 +37,7 @@ class BertItemSelector(item_selector_ops.ItemSelector):
         self.rate, self.max_selections = rate, max_selections
 
     def get_selection_mask(self, input_ids, axis=1):
-        items = input_ids
-        if input_ids.ragged_rank > 1:  # one item per word: its first piece
-            first = tf.gather(input_ids.flat_values, input_ids.values.row_starts())
-            items = tf.RaggedTensor.from_row_splits(first, input_ids.row_splits)
+        items = first_pieces(input_ids) if input_ids.ragged_rank > 1 else input_ids  # a word: its first piece
         selectable = tf.ragged.map_flat_values(
             lambda ids: tf.reduce_all(ids[:, None] != tf.constant(self.unselectable_ids, ids.dtype), -1), items
         )
@@ -55,6 +52,13 @@ class BertItemSelector(item_selector_ops.ItemSelector):
             pieces = tf.repeat(chosen.flat_values, input_ids.values.row_lengths())
             return input_ids.with_flat_values(pieces)
         return chosen
+
+
+def first_pieces(word_ids):
+    """The first piece of each word of `(batch, (words), (pieces))` ids, `(batch, (words))`."""
+    pieces = word_ids.values  # (words, (pieces)), or uniform where each word is one piece
+    first = pieces[:, 0] if isinstance(pieces, tf.Tensor) else tf.gather(pieces.flat_values, pieces.row_starts())
+    return tf.RaggedTensor.from_row_splits(first, word_ids.row_splits)
 
 
 def swap_segments(word_ids, max_length):
@@ -72,9 +76,8 @@ def swap_segments(word_ids, max_length):
         `(word_ids, swapped int32 (batch,), weights float32 (batch,))`.
     """
     words = word_ids[:, 1:]  # without [CLS]
-    pieces = words.values  # (words, (pieces)), or uniform where each word is one piece
-    leading = pieces[:, 0] if isinstance(pieces, tf.Tensor) else tf.gather(pieces.flat_values, pieces.row_starts())
-    separator = tf.RaggedTensor.from_row_splits(leading == SEP_ID, words.row_splits)
+    leading = first_pieces(words)
+    separator = leading.with_flat_values(leading.flat_values == SEP_ID)
     paired = tf.reduce_any(separator, axis=1)
     # A pair's [SEP]: as many words before it as come first.
     pair_cut = tf.argmax(tf.cast(separator.to_tensor(False), tf.int32), axis=1, output_type=tf.int64)

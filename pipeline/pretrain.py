@@ -196,9 +196,10 @@ def _check_servable(source):
             "pretrain.data_service (--data-service) streams files of text; texts held in memory (pipeline.train's "
             "labelled texts) are made on this host: pre-train with pipeline.pretrain --text FILES, then --init-from"
         )
-    if source.read_in_python():
+    in_python = source.read_in_python()
+    if in_python:
         raise ValueError(
-            f"{source.read_in_python()[0]}: --data-service reads plain text files alone (TensorFlow's reader, "
+            f"{in_python[0]}: --data-service reads plain text files alone (TensorFlow's reader, "
             "which runs on the service's workers); CSV, TSV, JSONL and TFRecord rows, and --skip-bad-rows, "
             "are read in Python on this host"
         )

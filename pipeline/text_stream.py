@@ -22,6 +22,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from pipeline.dataset import singles
 from pipeline.packing import pack
 from pipeline.readers import DataError, Examples, expand_paths, file_examples, file_format
 
@@ -93,8 +94,7 @@ class TextSource:
 
     def _measured(self, texts):
         # `texts` of the files, their mean size noted to estimate how many the files hold.
-        size = sum(len("\t".join(text if isinstance(text, tuple) else (text,)).encode()) + 1 for text in texts)
-        self._bytes_per_text = size / max(1, len(texts))
+        self._bytes_per_text = sum(len(text.encode()) + 1 for text in singles(texts)) / max(1, len(texts))
         return texts
 
     def documents(self, input_context=None, seed=None):
