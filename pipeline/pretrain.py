@@ -4,7 +4,8 @@
 
 Streams plain text (one document per line, or with --documents blank_line
 documents of lines that end at a blank line) or the text column of CSV,
-TSV, JSONL or TFRecord files (labels ignored) from any number of files,
+TSV, JSONL or TFRecord files (labels ignored; with --text-pair-column each
+pair of texts is one sequence, [CLS] a [SEP] b) from any number of files,
 local or gs://, each host reading its own. The vocabulary is learned as
 `pipeline.train` learns it, from a sample of data.sample_size texts (or
 taken from another run); the lines of a document are packed into sequences
@@ -457,6 +458,11 @@ def main(argv=None):
     parser.add_argument("--tpu", nargs="?", const="local", help="pre-train on a TPU, as pipeline.train")
     parser.add_argument("--text-column", help="column or field holding the text (default text)")
     parser.add_argument(
+        "--text-pair-column",
+        help="column or field of a pair's second text: each pair is one sequence, [CLS] text [SEP] pair, and "
+        "the segment embedding is pre-trained (data.text_pair_column)",
+    )
+    parser.add_argument(
         "--epochs",
         type=int,
         help=f"masked-LM epochs (default train.pretrain_epochs, {Config().train.pretrain_epochs}, "
@@ -508,6 +514,7 @@ def main(argv=None):
     values = {"data": {}, "train": {}, "model": {}, "pretrain": {}}
     for flag, section, field in [
         ("text_column", "data", "text_column"),
+        ("text_pair_column", "data", "text_pair_column"),
         ("batch_size", "pretrain", "batch_size"),
         ("max_length", "model", "max_length"),
         ("learning_rate", "pretrain", "learning_rate"),

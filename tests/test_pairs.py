@@ -11,6 +11,7 @@ import pytest
 from conftest import TINY_MODEL, WORD_TOKENS, write_csv
 from pipeline.dataset import tokenize
 from pipeline.model_dir import load_run, restore_model
+from pipeline.pretrain import main as pretrain_main
 from pipeline.readers import DataError, read_examples
 from pipeline.tokenizer import CLS_ID, SEP_ID, Tokenizer
 from pipeline.train import main as train_main
@@ -76,6 +77,30 @@ def test_a_missing_or_empty_second_text_names_file_line_and_column(tmp_path):
     assert read_examples(empty, ("premise", "hypothesis"), skip_bad_rows=True).texts == [("a", "b")]
     with pytest.raises(DataError, match="plain text has no pairs of texts"):
         read_examples(_write(tmp_path / "t.txt", []), ("premise", "hypothesis"), label_column=None)
+
+
+@pytest.mark.slow
+def test_pipeline_pretrain_reads_each_pair_of_its_columns_as_one_sequence(tmp_path, capsys):
+    rows = _write(tmp_path / "rows.csv", _rows(64, 3))
+    (tmp_path / "tiny.json").write_text(json.dumps({**TINY, "pretrain": {"batch_size": 16}}))
+    columns = ["--text-column", "premise", "--text-pair-column", "hypothesis"]
+    pretrain_main(
+        [
+            "--text",
+            rows,
+            "--model-dir",
+            str(tmp_path / "run"),
+            "--config",
+            str(tmp_path / "tiny.json"),
+            *columns,
+            "--steps",
+            "2",
+        ]
+    )
+    assert "64 texts in 64 sequences of up to 16 tokens" in capsys.readouterr().out
+    with open(tmp_path / "run" / "config.json") as f:
+        saved = json.load(f)
+    assert saved["data"]["text_pair_column"] == "hypothesis" and saved["model"]["segments"] == 2
 
 
 @pytest.mark.slow
