@@ -72,6 +72,27 @@ class _SummedGradientsAdamW(keras.optimizers.AdamW):
     def _all_reduce_sum_gradients(self, grads_and_vars):
         return list(grads_and_vars)
 
+    def update_step(self, gradient, variable, learning_rate):
+        # Adam's update as one kernel (ResourceApplyAdam, which XLA compiles
+        # too), the same arithmetic as Keras's dozen ops a variable, which
+        # took longer to trace than the model's forward pass.
+        dtype = variable.dtype
+        index = self._get_variable_index(variable)
+        local_step = tf.cast(self.iterations + 1, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle,
+            m=self._momentums[index].value.handle,
+            v=self._velocities[index].value.handle,
+            beta1_power=tf.pow(beta_1, local_step),
+            beta2_power=tf.pow(beta_2, local_step),
+            lr=tf.cast(learning_rate, dtype),
+            beta1=beta_1,
+            beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.cast(gradient, dtype),
+        )
+
     def _apply_weight_decay(self, variables):
         # As Keras's, but the schedule is read once a step, not once per
         # decayed variable: each read traces the schedule's graph again.
