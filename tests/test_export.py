@@ -162,10 +162,12 @@ SENTENCES = ["our team beat their team", "the food was good but the room was awf
 @pytest.mark.slow
 def test_an_ensemble_of_runs_serves_the_mean_of_their_probabilities(tmp_path):
     from pipeline.config import Config
+    from pipeline.dataset import learn_vocabulary
     from pipeline.demo_corpus import write_demo_corpus
     from pipeline.export import main as export_main
     from pipeline.model import model_internals
     from pipeline.model_dir import restore_model
+    from pipeline.tokenizer import Tokenizer
     from pipeline.train import train_and_evaluate
 
     corpus = write_demo_corpus(tmp_path / "corpus", train_size=640, test_size=100)
@@ -182,9 +184,9 @@ def test_an_ensemble_of_runs_serves_the_mean_of_their_probabilities(tmp_path):
     with open(os.path.join(first, "vocab.txt")) as a, open(os.path.join(second, "vocab.txt")) as b:
         vocabulary = a.read()
         assert b.read() == vocabulary
-    member(str(tmp_path / "own"), 2, other_corpus)
-    with open(tmp_path / "own" / "vocab.txt") as own:
-        assert own.read() != vocabulary  # what the flag saved the second run from
+    # What the flag saved the second run from: the vocabulary of its own corpus.
+    _, own = learn_vocabulary(other_corpus[0], Config.from_dict(ENSEMBLE_MEMBER).data, max_length=16)
+    assert own.vocabulary != Tokenizer.load(first).vocabulary
 
     export_main(["--model-dir", first, second, "--export-dir", str(tmp_path / "ensemble")])
     path = str(tmp_path / "ensemble" / "1")
