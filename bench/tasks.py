@@ -32,8 +32,10 @@ replacing its corpora's.
 
 Arms: TF-IDF (word 1-2 grams and character 2-5 grams, as bench/accuracy.py)
 with ridge regression, one logistic regression per label, or logistic
-regression over both texts' features and their elementwise product (the
-n-grams they share) with their cosine, each setting chosen on the last 10%
+regression over a pair's features: both texts', their elementwise product
+(the n-grams they share) and their cosine, or the last two alone (on the
+reply corpus the overlap is the signal and each text's own n-grams only
+add noise), each setting chosen on the last 10%
 of the training split (a multi-label model's thresholds too, as this
 project chooses them) and refit; this project's default run with the
 task's flag (`--task regression`, `--multi-label`, `--text-pair-column
@@ -253,7 +255,11 @@ def indicators(labels, names):
     return matrix
 
 
-def _features(texts, pairs):
+# What a pair's features hold: both texts' n-grams and their overlap, or the overlap alone.
+PAIR_FEATURES = ("texts and overlap", "overlap")
+
+
+def _features(texts, pairs, pair_features=PAIR_FEATURES[0]):
     from scipy.sparse import csr_matrix, hstack
 
     union = tfidf_features()
@@ -265,7 +271,8 @@ def _features(texts, pairs):
         a, b = (union.transform([row[i] for row in rows]) for i in (0, 1))
         shared = a.multiply(b)
         cosine = csr_matrix(np.asarray(shared.sum(axis=1)) / 2)  # each vectorizer's rows have norm 1
-        return hstack([a, b, shared, cosine]).tocsr()
+        parts = [a, b, shared, cosine] if pair_features == PAIR_FEATURES[0] else [shared, cosine]
+        return hstack(parts).tocsr()
 
     return transform
 
@@ -278,7 +285,9 @@ def tfidf(task, train_path, test_path):
     texts, labels = read(train_path)
     test_texts, _ = read(test_path)
     cut = validation_cut(len(texts))
-    fit_features = _features(texts[:cut], task == "pairs")
+    if task == "pairs":
+        return _pairs_tfidf(texts, labels, test_texts, cut)
+    fit_features = _features(texts[:cut], False)
     fit, held_out = fit_features(texts[:cut]), fit_features(texts[cut:])
     if task == "regression":
         targets = np.array(labels, float)
@@ -305,14 +314,22 @@ def tfidf(task, train_path, test_path):
         features = _features(texts, False)
         probabilities = model(best).fit(features(texts), truth).predict_proba(features(test_texts))
         return (names, probabilities >= np.array(chosen[best])), {"C": best}
-    scores = {
-        c: np.mean(LogisticRegression(C=c, max_iter=2000).fit(fit, labels[:cut]).predict(held_out) == labels[cut:])
-        for c in (0.5, 1.0, 2.0, 4.0, 8.0)
-    }
-    best = max(scores, key=scores.get)
-    features = _features(texts, True)
+
+
+def _pairs_tfidf(texts, labels, test_texts, cut):
+    from sklearn.linear_model import LogisticRegression
+
+    scores = {}
+    for pair_features in PAIR_FEATURES:
+        fit_features = _features(texts[:cut], True, pair_features)
+        fit, held_out = fit_features(texts[:cut]), fit_features(texts[cut:])
+        for c in (0.5, 1.0, 2.0, 4.0, 8.0):
+            model = LogisticRegression(C=c, max_iter=2000).fit(fit, labels[:cut])
+            scores[pair_features, c] = np.mean(model.predict(held_out) == labels[cut:])
+    pair_features, best = max(scores, key=scores.get)
+    features = _features(texts, True, pair_features)
     predictions = LogisticRegression(C=best, max_iter=2000).fit(features(texts), labels).predict(features(test_texts))
-    return [str(p) for p in predictions], {"C": best}
+    return [str(p) for p in predictions], {"C": best, "features": pair_features}
 
 
 def this_project(task, train_path, test_path, directory):
