@@ -259,7 +259,7 @@ def indicators(labels, names):
 PAIR_FEATURES = ("texts and overlap", "overlap")
 
 
-def _features(texts, pairs, pair_features=PAIR_FEATURES[0]):
+def _features(texts, pairs):
     from scipy.sparse import csr_matrix, hstack
 
     union = tfidf_features()
@@ -267,7 +267,7 @@ def _features(texts, pairs, pair_features=PAIR_FEATURES[0]):
         return union.fit(texts).transform
     union.fit([text for pair in texts for text in pair])
 
-    def transform(rows):
+    def transform(rows, pair_features=PAIR_FEATURES[0]):
         a, b = (union.transform([row[i] for row in rows]) for i in (0, 1))
         shared = a.multiply(b)
         cosine = csr_matrix(np.asarray(shared.sum(axis=1)) / 2)  # each vectorizer's rows have norm 1
@@ -320,15 +320,16 @@ def _pairs_tfidf(texts, labels, test_texts, cut):
     from sklearn.linear_model import LogisticRegression
 
     scores = {}
+    fit_features = _features(texts[:cut], True)
     for pair_features in PAIR_FEATURES:
-        fit_features = _features(texts[:cut], True, pair_features)
-        fit, held_out = fit_features(texts[:cut]), fit_features(texts[cut:])
+        fit, held_out = fit_features(texts[:cut], pair_features), fit_features(texts[cut:], pair_features)
         for c in (0.5, 1.0, 2.0, 4.0, 8.0):
             model = LogisticRegression(C=c, max_iter=2000).fit(fit, labels[:cut])
             scores[pair_features, c] = np.mean(model.predict(held_out) == labels[cut:])
     pair_features, best = max(scores, key=scores.get)
-    features = _features(texts, True, pair_features)
-    predictions = LogisticRegression(C=best, max_iter=2000).fit(features(texts), labels).predict(features(test_texts))
+    features = _features(texts, True)
+    model = LogisticRegression(C=best, max_iter=2000).fit(features(texts, pair_features), labels)
+    predictions = model.predict(features(test_texts, pair_features))
     return [str(p) for p in predictions], {"C": best, "features": pair_features}
 
 
