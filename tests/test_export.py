@@ -185,7 +185,8 @@ def test_an_ensemble_of_runs_serves_the_mean_of_their_probabilities(tmp_path):
         vocabulary = a.read()
         assert b.read() == vocabulary
     # What the flag saved the second run from: the vocabulary of its own corpus.
-    _, own = learn_vocabulary(other_corpus[0], Config.from_dict(ENSEMBLE_MEMBER).data, max_length=16)
+    config = Config.from_dict(ENSEMBLE_MEMBER)
+    _, own = learn_vocabulary(other_corpus[0], config.data, config.model.max_length)
     assert own.vocabulary != Tokenizer.load(first).vocabulary
 
     export_main(["--model-dir", first, second, "--export-dir", str(tmp_path / "ensemble")])
