@@ -78,13 +78,16 @@ def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["pairs", "multi_label", "regression"])
 def test_a_pair_a_multi_label_and_a_regression_step_compile_with_xla_and_train_as_the_uncompiled_steps(
-    tmp_path, task, two_replicas
+    tmp_path, task
 ):
-    # Their segment embedding, heads and losses under --tpu's settings on 2 replicas, on random texts whose
-    # labels follow their first word (of pairs, the second text's), one step an epoch. In float32 and
-    # without dropout (whose masks the compiled step draws otherwise: first-step losses 0.1-0.2% apart), the
-    # first step's loss, before any update, is the uncompiled step's to the rounding; the next ones stay close.
-    config = override(_tpu_config(2), {"model": {"dropout_rate": 0.0}, "train": {"precision": "float32"}})
+    # Their segment embedding, heads and losses under --tpu's settings, on random texts whose labels follow
+    # their first word (of pairs, the second text's), one step an epoch. On one replica the whole step,
+    # the optimizer's update too, is one XLA program, as a TPU compiles it (the test above covers 2
+    # replicas). In float32 and without dropout (whose masks the compiled step draws otherwise: first-step
+    # losses 0.1-0.2% apart), the first step's loss, before any update, is the uncompiled step's to the
+    # rounding; the next ones stay close.
+    config = override(_tpu_config(1), {"model": {"dropout_rate": 0.0}, "train": {"precision": "float32"}})
+    strategy = tf.distribute.get_strategy()
     head = {
         "pairs": {"num_classes": 3, "segments": 2},
         "multi_label": {"num_classes": 3, "head_activation": "sigmoid", "label_log_odds": [-2.0, 0.0, 1.0]},
@@ -106,12 +109,12 @@ def test_a_pair_a_multi_label_and_a_regression_step_compile_with_xla_and_train_a
     for jit_compile in (False, True):
         train_config = dataclasses.replace(config.train, jit_compile=jit_compile, huber_delta=huber_delta)
         configure_runtime(config)  # the same seeds: the same initial weights
-        with two_replicas.scope():
+        with strategy.scope():
             model = build_model(model_config)
             trainer = Trainer(
                 model,
                 build_optimizer(config.optimizer, 8),
-                two_replicas,
+                strategy,
                 train_config,
                 config.optimizer,
                 str(tmp_path / str(jit_compile)),
