@@ -1,6 +1,8 @@
+import contextlib
 import csv
 import dataclasses
 import functools
+import io
 import json
 import os
 import re
@@ -74,14 +76,31 @@ def _random_split(count):
     return Split(ids, np.arange(count, dtype="int32") % 3, [f"f:{i}" for i in range(count)], {})
 
 
+@pytest.fixture(scope="module")
+def one_epoch(tmp_path_factory, corpus):
+    """`(run, report, output)`: one epoch of TINY on the corpus, in host loops
+    of 7 steps cut short by the checkpoints every 10 and by the epoch's end
+    (7, 3, 7, 3), and what it printed."""
+    run = str(tmp_path_factory.mktemp("one_epoch") / "run")
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        report = train_and_evaluate(_config(epochs=1, steps_per_execution=7), run, *corpus, export=False)
+    return run, report, output.getvalue()
+
+
 @pytest.mark.slow
 def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus, two_replicas):
     # The demo texts make steps cut to 8 and to 16 tokens (train.length_bucket
     # 8): the replicas' all-reduce must take embedding gradients of both sizes.
     single = train_and_evaluate(_config(), str(tmp_path / "one"), *corpus, export=False)
     mirrored = two_replicas
+    # Without pre-training its batch size is not read: 15 would not divide among the replicas.
     double = train_and_evaluate(
-        _config(steps_per_execution=4), str(tmp_path / "two"), *corpus, strategy=mirrored, export=False
+        override(_config(steps_per_execution=4), {"pretrain": {"batch_size": 15}}),
+        str(tmp_path / "two"),
+        *corpus,
+        strategy=mirrored,
+        export=False,
     )
     assert double["train_loss_by_epoch"][2] < double["train_loss_by_epoch"][1]
     assert double["examples"] == single["examples"] == 200
@@ -89,7 +108,6 @@ def test_two_replicas_with_host_loops_match_one_device(tmp_path, corpus, two_rep
     np.testing.assert_allclose(_probabilities(tmp_path / "two"), _probabilities(tmp_path / "one"), atol=0.02)
 
 
-@pytest.mark.slow
 def test_batch_sizes_the_replicas_cannot_share_are_refused_by_field_before_any_work(tmp_path, corpus, two_replicas):
     mirrored = two_replicas
     cases = [
@@ -103,17 +121,6 @@ def test_batch_sizes_the_replicas_cannot_share_are_refused_by_field_before_any_w
     with pytest.raises(ValueError, match="pretrain.batch_size 15 does not divide evenly"):
         pretrain(cases[1][0], str(tmp_path / "pretrain"), [corpus[0]], strategy=mirrored)
     assert not (tmp_path / "pretrain").exists()
-    # Without pre-training its batch size is not read.
-    assert (
-        train_and_evaluate(
-            override(_config(epochs=1), {"pretrain": {"batch_size": 15}}),
-            str(tmp_path / "run"),
-            *corpus,
-            strategy=mirrored,
-            export=False,
-        )["examples"]
-        == 200
-    )
 
 
 def test_prediction_scores_every_example_once_from_two_replicas(tmp_path, two_replicas):
@@ -277,15 +284,14 @@ def test_weight_averaging_scores_and_keeps_the_moving_average_of_the_trained_wei
 
 
 @pytest.mark.slow
-def test_same_seed_gives_identical_metrics_with_any_host_loop(tmp_path, corpus):
-    # 20 steps: one per call, then host loops of 7 cut short by the
-    # checkpoints every 6 and by the epoch's end (6, 6, 6, 2).
-    first = train_and_evaluate(_config(epochs=1, steps_per_execution=1), str(tmp_path / "a"), *corpus, export=False)
+def test_same_seed_gives_identical_metrics_with_any_host_loop(tmp_path, corpus, one_epoch):
+    # 20 steps: in host loops (one_epoch's), then one per call with checkpoints every 6.
+    run, first, _ = one_epoch
     second = train_and_evaluate(
-        _config(epochs=1, steps_per_execution=7, checkpoint_every=6), str(tmp_path / "b"), *corpus, export=False
+        _config(epochs=1, steps_per_execution=1, checkpoint_every=6), str(tmp_path / "b"), *corpus, export=False
     )
     assert first == second
-    np.testing.assert_array_equal(_probabilities(tmp_path / "a"), _probabilities(tmp_path / "b"))
+    np.testing.assert_array_equal(_probabilities(run), _probabilities(tmp_path / "b"))
     assert [
         os.path.basename(path)
         for path in tf.train.get_checkpoint_state(
@@ -295,9 +301,9 @@ def test_same_seed_gives_identical_metrics_with_any_host_loop(tmp_path, corpus):
 
 
 @pytest.mark.slow
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus, one_epoch):
     model_dir = str(tmp_path / "run")
-    train_and_evaluate(_config(epochs=1), model_dir, *corpus, export=False)
+    shutil.copytree(one_epoch[0], model_dir)
     saved = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_DIR))
     config, tokenizer, names = load_run(model_dir)
     config.train.epochs = 2
@@ -341,11 +347,11 @@ def _train_command(model_dir, corpus, config_path):
 
 
 @pytest.fixture(scope="module")
-def killable(tmp_path_factory, corpus):
-    """`(config_path, run)`: a tiny config with dropout (resuming must restore
-    its random state too), the default held-out slice and refit, and a run of
-    it, never interrupted."""
-    directory = tmp_path_factory.mktemp("killable")
+def default_run(tmp_path_factory, corpus):
+    """`(config_path, run, output)`: a tiny config with dropout (resuming must
+    restore its random state too), the default held-out slice and refit; its
+    run by `pipeline.train`, never interrupted, and what it printed."""
+    directory = tmp_path_factory.mktemp("default_run")
     config_path = str(directory / "tiny.json")
     with open(config_path, "w") as f:
         json.dump(
@@ -356,23 +362,18 @@ def killable(tmp_path_factory, corpus):
             },
             f,
         )
-    run = str(directory / "whole")
-    uninterrupted = subprocess.run(
-        _train_command(run, corpus, config_path),
-        cwd=ROOT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
-    return config_path, run
+    run = str(directory / "run")
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        train_main(_train_command(run, corpus, config_path)[3:])
+    return config_path, run, output.getvalue()
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
-    # Killed in the fine-tuning, then again in the refit, then let finish.
-    config_path, whole_dir = killable
+def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, default_run):
+    # Killed in the fine-tuning, then again in the refit, then let finish: in other processes than the
+    # uninterrupted run's, to the digit.
+    config_path, whole_dir, _ = default_run
     command = _train_command(str(tmp_path / "killed"), corpus, config_path)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     killed_dir = str(tmp_path / "killed")
@@ -423,17 +424,18 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, corpus, killable):
 
 @pytest.mark.slow
 def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trains_on_all_and_eval_only_scores(
-    tmp_path, corpus, capsys
+    tmp_path, corpus, default_run
 ):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
 
     from pipeline.export import latest_export
 
-    run = str(tmp_path / "run")
-    report = train_and_evaluate(_default_split_config(), run, *corpus)
+    config_path, run, output = default_run
+    config = Config.load(config_path)
+    with open(os.path.join(run, "metrics.json")) as f:
+        report = json.load(f)
     epoch_losses = [
-        float(loss)
-        for loss in re.findall(r"^validation accuracy .*, loss ([0-9.]+)$", capsys.readouterr().out, re.MULTILINE)
+        float(loss) for loss in re.findall(r"^validation accuracy .*, loss ([0-9.]+)$", output, re.MULTILINE)
     ]
     kept_examples, held_out = _held_out(corpus)
     # A tenth of the distinct texts, with every copy of them (the demo's sentences repeat).
@@ -476,7 +478,7 @@ def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trai
         writer.writerow(["text", "label"])
         writer.writerows(zip(examples.texts, examples.labels[1:] + examples.labels[:1]))
     other = str(tmp_path / "other")
-    other_report = train_and_evaluate(_default_split_config(), other, corpus[0], scrambled, export=False)
+    other_report = json.loads(json.dumps(train_and_evaluate(config, other, corpus[0], scrambled, export=False)))
     for refit_flag in (False, True):
         for ours, theirs in zip(
             restore_model(run, refit=refit_flag)[0].get_weights(),
@@ -486,11 +488,15 @@ def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trai
     assert other_report["validation"] == report["validation"] and other_report["accuracy"] != report["accuracy"]
     # The refit is a run on the training files in their order with the run's vocabulary, up to the kept epoch.
     recipe = train_and_evaluate(
-        _config(keep_best_epoch=False), str(tmp_path / "recipe"), *corpus, export=False, vocabulary_from=run
+        override(config, {"train": {"validation_split": 0.0, "refit": False, "keep_best_epoch": False}}),
+        str(tmp_path / "recipe"),
+        *corpus,
+        export=False,
+        vocabulary_from=run,
     )
     kept_epochs = report["refit"]["epochs"]
     assert report["refit"]["train_loss_by_epoch"] == {
-        epoch: loss for epoch, loss in recipe["train_loss_by_epoch"].items() if epoch <= kept_epochs
+        str(epoch): loss for epoch, loss in recipe["train_loss_by_epoch"].items() if epoch <= kept_epochs
     }
 
 
@@ -619,8 +625,17 @@ def _finish(workers, timeout=300):
 @pytest.mark.slow
 def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(tmp_path, corpus):
     config_path = str(tmp_path / "tiny.json")
-    with open(config_path, "w") as f:  # the default slice and refit: both workers hold out the same examples
-        json.dump({**DEFAULT_SPLIT, "model": {**TINY["model"], "dropout_rate": 0.1}}, f)
+    # The default held-out slice (both workers hold out the same examples); the refit, another training
+    # as the first is, has its kill and resume tested in one process (test_killed_run_resumes_to_the_same_result).
+    with open(config_path, "w") as f:
+        json.dump(
+            {
+                **DEFAULT_SPLIT,
+                "model": {**TINY["model"], "dropout_rate": 0.1},
+                "train": {**DEFAULT_SPLIT["train"], "refit": False},
+            },
+            f,
+        )
     whole_dir, killed_dir = str(tmp_path / "whole"), str(tmp_path / "killed")
     outputs = _finish(_start_workers(whole_dir, corpus, config_path))
     assert "2 replica(s) of CollectiveAllReduceStrategy" in outputs[0]  # MultiWorkerMirroredStrategy
@@ -642,18 +657,11 @@ def test_two_workers_kill_and_resume_to_the_result_of_an_uninterrupted_cluster(t
             "labels.json",
             "logs",
             "metrics.json",
-            "refit",
             "tokenizer.json",
             "vocab.txt",
         ]
     )
-    assert sorted(os.listdir(os.path.join(whole_dir, "refit"))) == [
-        "best.weights.h5",
-        "checkpoints",
-        "epoch_losses.json",
-        "logs",
-    ]
-    assert whole["refit"]["examples"] == 640 and whole["validation"]["examples"] == len(_held_out(corpus)[1])
+    assert whole["validation"]["examples"] == len(_held_out(corpus)[1])
     assert os.listdir(os.path.join(whole_dir, "export")) == ["1"]
 
     workers = _start_workers(killed_dir, corpus, config_path)
@@ -772,7 +780,7 @@ def test_class_weight_is_said_at_the_start_and_saved(tmp_path, corpus, capsys):
 
 
 @pytest.mark.slow
-def test_evaluation_texts_that_repeat_training_texts_are_counted_and_named(tmp_path, corpus, capsys):
+def test_evaluation_texts_that_repeat_training_texts_are_counted_and_named(tmp_path, corpus, capsys, one_epoch):
     with open(corpus[0]) as f:
         lines = f.read().splitlines()
     evaluation = tmp_path / "eval.csv"
@@ -784,12 +792,12 @@ def test_evaluation_texts_that_repeat_training_texts_are_counted_and_named(tmp_p
         f"Warning: 20 of the 50 evaluation examples (40.0%) repeat a training text (the first: {evaluation}:2, "
         f"as {corpus[0]}:2)" in capsys.readouterr().out
     )
-    clean = train_and_evaluate(_config(epochs=1), str(tmp_path / "clean"), *corpus, export=False)
-    assert clean["evaluation_texts_in_training"] == 0 and "repeat a training text" not in capsys.readouterr().out
+    _, clean, output = one_epoch
+    assert clean["evaluation_texts_in_training"] == 0 and "repeat a training text" not in output
 
 
 @pytest.mark.slow
-def test_chinese_training_texts_are_cut_into_words_said_saved_and_resumed(tmp_path, corpus, capsys):
+def test_chinese_training_texts_are_cut_into_words_said_saved_and_resumed(tmp_path, capsys, one_epoch):
     rows = [("这个手机很好用，电池也不错", "positive"), ("屏幕太差了，电池也不行", "negative")] * 40
     chinese = tmp_path / "chinese.csv"
     with open(chinese, "w", newline="", encoding="utf-8") as f:
@@ -805,6 +813,6 @@ def test_chinese_training_texts_are_cut_into_words_said_saved_and_resumed(tmp_pa
     train_and_evaluate(_config(epochs=1), run, str(chinese), str(chinese), export=False)
     assert "Resuming from the checkpoint at step 2 of 2" in capsys.readouterr().out
     # English training texts stay as they were.
-    train_and_evaluate(_config(epochs=1), str(tmp_path / "english"), *corpus, export=False)
-    assert Config.load(os.path.join(tmp_path, "english", "config.json")).data.chinese_words == "off"
-    assert "(Chinese as words)" not in capsys.readouterr().out
+    english, _, output = one_epoch
+    assert Config.load(os.path.join(english, "config.json")).data.chinese_words == "off"
+    assert "(Chinese as words)" not in output
