@@ -157,26 +157,6 @@ def test_trials_pretrain_with_their_own_shapes_then_start_from_it_and_share_it(t
 
 
 @pytest.mark.slow
-def test_every_random_trial_completes_with_a_score(tmp_path, corpus):
-    directory = str(tmp_path / "sweep")
-    rows = run_sweep(
-        Config.from_dict(BASE), directory, *corpus, "random", max_trials=3, space_overrides=SPACE, export_best=True
-    )
-    assert len(rows) == 3
-    for row in rows:
-        assert row["status"] == "COMPLETED", row
-        assert 0.0 <= row["score"] <= 1.0 and row["score"] == row["val_accuracy"]
-    trials = _trials(directory)
-    assert [t["status"] for t in trials] == ["COMPLETED"] * 3
-    with open(os.path.join(directory, "results.json")) as f:
-        assert json.load(f) == rows
-    assert open(os.path.join(directory, "results.csv")).read().count("\n") == 4
-    exported = tf.saved_model.load(os.path.join(directory, "export", "1"))
-    probabilities = exported.signatures["serving_default"](text=tf.constant(["our team beat their team"]))
-    np.testing.assert_allclose(probabilities["probabilities"].numpy().sum(), 1.0, atol=1e-5)
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("tuner, objective", [("hyperband", "val_macro_f1"), ("bayesian", "val_loss")])
 def test_hyperband_and_bayesian_trials_complete(tmp_path, corpus, tuner, objective):
     base = {**BASE, "train": {**BASE["train"], "epochs": 2}}
@@ -196,7 +176,7 @@ def test_hyperband_and_bayesian_trials_complete(tmp_path, corpus, tuner, objecti
 
 
 @pytest.mark.slow
-def test_trials_learn_the_vocabulary_size_they_sample(tmp_path, corpus):
+def test_random_trials_learn_the_vocabulary_size_they_sample_score_report_and_export_the_best(tmp_path, corpus):
     # Every other hyperparameter fixed: the two sizes are the only two trials.
     space = {
         **SPACE,
@@ -213,7 +193,13 @@ def test_trials_learn_the_vocabulary_size_they_sample(tmp_path, corpus):
         Config.from_dict(BASE), directory, *corpus, "random", max_trials=3, space_overrides=space, export_best=True
     )
     assert sorted(row["vocabulary_size"] for row in rows) == [30, 60]
-    assert all(row["status"] == "COMPLETED" for row in rows)
+    for row in rows:
+        assert row["status"] == "COMPLETED", row
+        assert 0.0 <= row["score"] <= 1.0 and row["score"] == row["val_accuracy"]
+    assert [t["status"] for t in _trials(directory)] == ["COMPLETED"] * 2
+    with open(os.path.join(directory, "results.json")) as f:
+        assert json.load(f) == rows
+    assert open(os.path.join(directory, "results.csv")).read().count("\n") == 3
     base = Tokenizer.load(directory)  # the run's own, 4,000 at most: every word of the corpus
     assert len(base.vocabulary) > 60
     tokenizers = {}
@@ -233,6 +219,8 @@ def test_trials_learn_the_vocabulary_size_they_sample(tmp_path, corpus):
     assert (ids[best] != ids[other]).any()
     exported = tf.saved_model.load(os.path.join(directory, "export", "1"))
     np.testing.assert_array_equal(exported.signatures["attention"](text=texts)["token_ids"].numpy(), ids[best])
+    probabilities = exported.signatures["serving_default"](text=texts)["probabilities"].numpy()
+    np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, atol=1e-5)
 
 
 @pytest.mark.slow
