@@ -2,6 +2,7 @@ import dataclasses
 import json
 import os
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -204,17 +205,24 @@ def test_loss_falls_and_beats_the_most_frequent_token(pretrained):
 
 
 @pytest.mark.slow
-def test_masked_accuracy_is_measured_on_a_sample_of_the_documents(tmp_path, monkeypatch):
-    # A fresh masking of the first EVALUATION_DOCUMENTS' worth of steps of the
-    # epoch after the last: a shuffled sample, not the whole corpus again.
+def test_masked_lm_steps_hold_the_pretraining_batch_size_and_its_accuracy_a_sample_of_the_documents(
+    tmp_path, monkeypatch
+):
+    # The accuracy: a fresh masking of the first EVALUATION_DOCUMENTS' worth of
+    # steps of the epoch after the last, a shuffled sample, not the whole corpus again.
     documents = [text for text, _ in generate(320, seed=6)]
     (tmp_path / "docs.txt").write_text("\n".join(documents) + "\n", encoding="utf-8")
     monkeypatch.setattr("pipeline.pretrain.EVALUATION_DOCUMENTS", 64)
-    report = pretrain(
-        Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1}}),
-        str(tmp_path / "run"),
-        str(tmp_path / "docs.txt"),
+    config = Config.from_dict(
+        {
+            **TINY,
+            "train": {**TINY["train"], "epochs": 1, "batch_size": 64},
+            "pretrain": {**TINY["pretrain"], "batch_size": 16},
+        }
     )
+    report = pretrain(config, str(tmp_path / "run"), str(tmp_path / "docs.txt"))
+    # 320 texts in steps of 16: the epoch ends at step 20 (at the classifier's 64 it would be 5).
+    assert tf.train.latest_checkpoint(str(tmp_path / "run" / CHECKPOINT_DIR)).endswith("ckpt-20")
     config, tokenizer = Config.load(str(tmp_path / "run" / "config.json")), Tokenizer.load(str(tmp_path / "run"))
     steps = masked_lm_dataset(
         sequences_of(documents, tokenizer),
@@ -227,23 +235,7 @@ def test_masked_accuracy_is_measured_on_a_sample_of_the_documents(tmp_path, monk
         length_bucket=config.train.length_bucket,
     )
     predictions = [int(weights.numpy().sum()) for _, _, weights in steps]
-    assert len(predictions) == 10 and report["predictions"] == sum(predictions[:2]) > 0
-
-
-@pytest.mark.slow
-def test_masked_lm_steps_hold_the_pretraining_batch_size_not_the_classifiers(tmp_path):
-    documents = [text for text, _ in generate(320, seed=6)]
-    (tmp_path / "docs.txt").write_text("\n".join(documents) + "\n", encoding="utf-8")
-    config = Config.from_dict(
-        {
-            **TINY,
-            "train": {**TINY["train"], "epochs": 1, "batch_size": 64},
-            "pretrain": {**TINY["pretrain"], "batch_size": 16},
-        }
-    )
-    pretrain(config, str(tmp_path / "run"), str(tmp_path / "docs.txt"))
-    # 320 texts in steps of 16: the epoch ends at step 20 (at 64 it would be 5).
-    assert tf.train.latest_checkpoint(str(tmp_path / "run" / CHECKPOINT_DIR)).endswith("ckpt-20")
+    assert len(predictions) == 20 and report["predictions"] == sum(predictions[:4]) > 0
 
 
 @pytest.mark.slow
@@ -374,15 +366,33 @@ def test_a_diverging_masked_lm_names_its_own_learning_rate(tmp_path):
         pretrain(config, str(tmp_path / "run"), str(texts))
 
 
-@pytest.mark.slow
-def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
-    corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
+@pytest.fixture(scope="module")
+def one_command(tmp_path_factory):
+    """`(corpus, config, run, report, member)`: a run pre-trained for 2 epochs
+    then fine-tuned, in one command, and the README's recipe of another member
+    (`--init-from` its pre-training, the next seed) in `member`."""
+    directory = tmp_path_factory.mktemp("one_command")
+    corpus = write_demo_corpus(directory / "corpus", train_size=320, test_size=64)
     config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "pretrain_epochs": 2}})
-    one = train_and_evaluate(config, str(tmp_path / "one"), *corpus, export=False)
-    with open(tmp_path / "one" / "pretrain" / "pretrain_metrics.json") as f:
+    run, member = str(directory / "run"), str(directory / "member")
+    report = train_and_evaluate(config, run, *corpus, export=False)
+    train_and_evaluate(
+        override(config, {"train": {"pretrain_epochs": 0, "seed": config.train.seed + 1}}),
+        member,
+        *corpus,
+        export=False,
+        init_from=os.path.join(run, "pretrain"),
+    )
+    return corpus, config, run, report, member
+
+
+@pytest.mark.slow
+def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path, one_command):
+    corpus, config, run, one, member = one_command
+    with open(os.path.join(run, "pretrain", "pretrain_metrics.json")) as f:
         assert len(json.load(f)["loss_by_epoch"]) == 2
-    pretrained = Tokenizer.load(str(tmp_path / "one" / "pretrain"))
-    assert Tokenizer.load(str(tmp_path / "one")).vocabulary == pretrained.vocabulary
+    pretrained = Tokenizer.load(os.path.join(run, "pretrain"))
+    assert Tokenizer.load(run).vocabulary == pretrained.vocabulary
     # The same run as the two commands, to the last digit: with the same
     # config, `pipeline.pretrain` pre-trains for train.pretrain_epochs too.
     config.save(str(tmp_path / "config.json"))
@@ -401,25 +411,18 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     assert one["train_loss_by_epoch"] == two["train_loss_by_epoch"]
     assert one["confusion_matrix"] == two["confusion_matrix"]
     # Started again, the run finds both stages done and ends where it ended.
-    again = train_and_evaluate(config, str(tmp_path / "one"), *corpus, export=False)
+    again = train_and_evaluate(config, run, *corpus, export=False)
     assert again["confusion_matrix"] == one["confusion_matrix"]
     assert again["train_loss_by_epoch"] == one["train_loss_by_epoch"]  # kept, not emptied
-    with open(tmp_path / "one" / "pretrain" / "pretrain_metrics.json") as f:
+    with open(os.path.join(run, "pretrain", "pretrain_metrics.json")) as f:
         assert len(json.load(f)["loss_by_epoch"]) == 2
     with pytest.raises(ValueError, match="train.pretrain_epochs is 2: add --pretrain-epochs 0"):
         train_and_evaluate(config, str(tmp_path / "three"), *corpus, init_from=str(tmp_path / "pre"))
     # More members start from the run's own pre-training (other seeds) and
     # export with it as one ensemble: they share its vocabulary.
-    member = str(tmp_path / "seed2")
-    other = train_and_evaluate(
-        override(config, {"train": {"pretrain_epochs": 0, "seed": 2}}),
-        member,
-        *corpus,
-        export=False,
-        init_from=str(tmp_path / "one" / "pretrain"),
-    )
-    assert other["train_loss_by_epoch"] != one["train_loss_by_epoch"]
-    export_main(["--model-dir", str(tmp_path / "one"), member, "--export-dir", str(tmp_path / "ensemble")])
+    with open(os.path.join(member, "metrics.json")) as f:
+        assert json.load(f)["train_loss_by_epoch"] != {str(k): v for k, v in one["train_loss_by_epoch"].items()}
+    export_main(["--model-dir", run, member, "--export-dir", str(tmp_path / "ensemble")])
     assert os.path.exists(tmp_path / "ensemble" / "1" / "saved_model.pb")
     # A config without pre-training gives pipeline.pretrain no length: it asks for one.
     override(config, {"train": {"pretrain_epochs": 0}}).save(str(tmp_path / "scratch.json"))
@@ -436,24 +439,24 @@ def test_pretrain_epochs_runs_pretrain_then_init_from_in_one_command(tmp_path):
     train_and_evaluate(
         config, str(tmp_path / "member"), *corpus, export=False, vocabulary_from=str(tmp_path / "vocabulary")
     )
-    for run in ("member", os.path.join("member", "pretrain")):
-        assert Tokenizer.load(str(tmp_path / run)).vocabulary == other.vocabulary
+    for directory in ("member", os.path.join("member", "pretrain")):
+        assert Tokenizer.load(str(tmp_path / directory)).vocabulary == other.vocabulary
 
 
 @pytest.mark.slow
-def test_members_fine_tune_from_the_one_pretraining_export_their_ensemble_and_grow_on_resume(tmp_path):
+def test_members_fine_tune_from_the_one_pretraining_export_their_ensemble_and_grow_on_resume(tmp_path, one_command):
     import tensorflow_text  # noqa: F401 (the export's tokenizer ops)
 
     from pipeline.export import latest_export
     from pipeline.model_dir import restore_model
     from pipeline.readers import read_examples
 
-    corpus = write_demo_corpus(tmp_path / "corpus", train_size=320, test_size=64)
-    config = Config.from_dict({**TINY, "train": {**TINY["train"], "epochs": 1, "pretrain_epochs": 1, "members": 2}})
-    run = str(tmp_path / "run")
+    corpus, config, finished, single, recipe = one_command
+    config = override(config, {"train": {"members": 2}})
     # A finished single run grows into the ensemble when started again with
     # more members: member 1 is that run, found done; its pre-training too.
-    single = train_and_evaluate(override(config, {"train": {"members": 1}}), run, *corpus, export=False)
+    run = str(tmp_path / "run")
+    shutil.copytree(finished, run)
     report = train_and_evaluate(config, run, *corpus)
     seed = config.train.seed
     member = os.path.join(run, "members", "2")
@@ -463,18 +466,13 @@ def test_members_fine_tune_from_the_one_pretraining_export_their_ensemble_and_gr
     assert Config.load(os.path.join(run, "config.json")).train.members == 2
     assert not os.path.exists(os.path.join(member, "pretrain"))  # one pre-training for all
     # Member 2 is the README's recipe (--init-from the run's pre-training, the next seed), to the digit.
-    recipe = train_and_evaluate(
-        override(config, {"train": {"members": 1, "pretrain_epochs": 0, "seed": seed + 1}}),
-        str(tmp_path / "recipe"),
-        *corpus,
-        export=False,
-        init_from=os.path.join(run, "pretrain"),
-    )
     with open(os.path.join(member, "metrics.json")) as f:
         member_report = json.load(f)
-    assert member_report["confusion_matrix"] == recipe["confusion_matrix"]
-    assert member_report["train_loss_by_epoch"] == {str(k): v for k, v in recipe["train_loss_by_epoch"].items()}
-    assert report["members"][1]["accuracy"] == recipe["accuracy"]
+    with open(os.path.join(recipe, "metrics.json")) as f:
+        recipe_report = json.load(f)
+    assert member_report["confusion_matrix"] == recipe_report["confusion_matrix"]
+    assert member_report["train_loss_by_epoch"] == recipe_report["train_loss_by_epoch"]
+    assert report["members"][1]["accuracy"] == recipe_report["accuracy"]
     # The export serves the mean of the two members, and the report scores just that.
     examples = read_examples(corpus[1])
     served = tf.saved_model.load(latest_export(os.path.join(run, "export"))).signatures["serving_default"](
