@@ -48,7 +48,9 @@ loaded = tf.saved_model.load(sys.argv[1])
 texts = json.loads(sys.argv[2])
 out = loaded.signatures["serving_default"](text=tf.constant(texts))
 att = loaded.signatures["attention"](text=tf.constant(texts[:2]))
+invalid = loaded.signatures["serving_default"](text=tf.constant([b"\\xff\\xfe bad", b"ok \\xc3"]))
 print(json.dumps({"probabilities": out["probabilities"].numpy().tolist(),
+                  "invalid_utf8": invalid["probabilities"].numpy().tolist(),
                   "label": [l.decode() for l in out["label"].numpy()],
                   "label_id": out["label_id"].numpy().tolist(),
                   "attention_shape": list(att["attention"].shape),
@@ -69,6 +71,9 @@ def test_fresh_process_matches_the_keras_model(exported):
     assert served["label_id"] == np.argmax(expected, -1).tolist()
     assert served["attention_shape"] == [2, 2, 2, 24, 24]  # (batch, layers, heads, L, L)
     assert served["tokens"][:1] == ["[CLS]"] and set(served["tokens"][1:]) == {"[PAD]"}
+    # Bytes that are not UTF-8 too.
+    invalid = np.asarray(served["invalid_utf8"])
+    assert invalid.shape == (2, 3) and np.isfinite(invalid).all() and np.allclose(invalid.sum(-1), 1.0, atol=1e-5)
 
 
 def test_an_export_cutting_chinese_into_words_serves_them_in_a_fresh_process(tmp_path):
@@ -91,14 +96,6 @@ def test_an_export_cutting_chinese_into_words_serves_them_in_a_fresh_process(tmp
     assert served["tokens"][:7] == ["[CLS]", "手机", "手机", "手机", "手机", "手机", "手机"]
 
 
-def test_invalid_utf8_is_served(exported):
-    _, _, _, path = exported
-    code = LOAD_AND_SERVE.replace("json.loads(sys.argv[2])", "[b'\\xff\\xfe bad', b'ok \\xc3']")
-    served = json.loads(_run(code, path, ""))
-    probabilities = np.asarray(served["probabilities"])
-    assert np.isfinite(probabilities).all() and np.allclose(probabilities.sum(-1), 1.0, atol=1e-5)
-
-
 @pytest.mark.slow
 def test_versions_and_cli_listing(exported):
     _, _, root, path = exported
@@ -112,23 +109,23 @@ def test_versions_and_cli_listing(exported):
 
 
 @pytest.mark.slow
-def test_predict_cli_jsonl_and_tsv(exported, tmp_path):
+def test_predict_cli_jsonl_and_tsv(exported, tmp_path, capsys):
+    # In this process; test_console_scripts_run_the_entry_points starts it as a command.
+    from pipeline.predict import main as predict_main
+
     model, tokenizer, root, _ = exported
     inputs = tmp_path / "in.txt"
     inputs.write_text("the cat sat\n北京\n\n", encoding="utf-8")
-    command = [sys.executable, "-m", "pipeline.predict", "--model", root, str(inputs)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    lines = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=180).stdout.splitlines()
-    results = [json.loads(line) for line in lines]
+    predict_main(["--model", root, str(inputs)])
+    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["text"] for r in results] == ["the cat sat", "北京", ""]
     expected = np.asarray(model(tokenizer(tf.constant(["the cat sat", "北京", ""]))))
     for result, row in zip(results, expected):
         assert list(result["probabilities"]) == NAMES
         np.testing.assert_allclose([result["probabilities"][n] for n in NAMES], row, atol=1e-5)
         assert result["label"] == NAMES[int(np.argmax(row))]
-    tsv = subprocess.run(
-        command + ["--format", "tsv"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=180
-    ).stdout.splitlines()
+    predict_main(["--model", root, str(inputs), "--format", "tsv"])
+    tsv = capsys.readouterr().out.splitlines()
     assert tsv[0].split("\t") == ["label"] + NAMES + ["text"] and len(tsv) == 4
 
 
