@@ -8,7 +8,7 @@ from pipeline import wordpiece_learner
 RESERVED = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def _word_counts(seed=0, size=3000):
+def _word_counts(seed=0, size=1500):
     """Words built from shared stems and affixes, Zipf-like counts: the
     library's later passes then split words at pieces of earlier ones.
     Latin, accented and CJK characters, with a few rare ones."""
