@@ -77,9 +77,7 @@ def test_tpu_steps_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["pairs", "multi_label", "regression"])
-def test_a_pair_a_multi_label_and_a_regression_step_compile_with_xla_and_train_as_the_uncompiled_steps(
-    tmp_path, task
-):
+def test_a_pair_a_multi_label_and_a_regression_step_compile_with_xla_and_train_as_the_uncompiled_steps(tmp_path, task):
     # Their segment embedding, heads and losses under --tpu's settings, on random texts whose labels follow
     # their first word (of pairs, the second text's), one step an epoch. On one replica the whole step,
     # the optimizer's update too, is one XLA program, as a TPU compiles it (the test above covers 2
