@@ -76,16 +76,22 @@ def _random_split(count):
     return Split(ids, np.arange(count, dtype="int32") % 3, [f"f:{i}" for i in range(count)], {})
 
 
+def _printed(function, *args, **kwargs):
+    """`(result, output)` of a call, with what it printed."""
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        result = function(*args, **kwargs)
+    return result, output.getvalue()
+
+
 @pytest.fixture(scope="module")
 def one_epoch(tmp_path_factory, corpus):
     """`(run, report, output)`: one epoch of TINY on the corpus, in host loops
     of 7 steps cut short by the checkpoints every 10 and by the epoch's end
     (7, 3, 7, 3), and what it printed."""
     run = str(tmp_path_factory.mktemp("one_epoch") / "run")
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output):
-        report = train_and_evaluate(_config(epochs=1, steps_per_execution=7), run, *corpus, export=False)
-    return run, report, output.getvalue()
+    report, output = _printed(train_and_evaluate, _config(epochs=1, steps_per_execution=7), run, *corpus, export=False)
+    return run, report, output
 
 
 @pytest.mark.slow
@@ -363,10 +369,8 @@ def default_run(tmp_path_factory, corpus):
             f,
         )
     run = str(directory / "run")
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output):
-        train_main(_train_command(run, corpus, config_path)[3:])
-    return config_path, run, output.getvalue()
+    _, output = _printed(train_main, _train_command(run, corpus, config_path)[3:])
+    return config_path, run, output
 
 
 @pytest.mark.slow
@@ -478,6 +482,7 @@ def test_by_default_a_slice_of_the_training_files_keeps_the_epoch_the_refit_trai
         writer.writerow(["text", "label"])
         writer.writerows(zip(examples.texts, examples.labels[1:] + examples.labels[:1]))
     other = str(tmp_path / "other")
+    # As metrics.json holds it (keys as strings), to compare with the run's.
     other_report = json.loads(json.dumps(train_and_evaluate(config, other, corpus[0], scrambled, export=False)))
     for refit_flag in (False, True):
         for ours, theirs in zip(
