@@ -72,25 +72,46 @@ class _SummedGradientsAdamW(keras.optimizers.AdamW):
     def _all_reduce_sum_gradients(self, grads_and_vars):
         return list(grads_and_vars)
 
+    def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
+        # As Keras's, with one cache of the step's scalars for all variables.
+        scalars = {}
+
+        def apply(variable, gradient, learning_rate):
+            return self._apply_adam(gradient, variable, learning_rate, scalars)
+
+        for gradient, variable in grads_and_vars:
+            distribution.extended.update(variable, apply, args=(gradient, learning_rate), group=False)
+
     def update_step(self, gradient, variable, learning_rate):
+        self._apply_adam(gradient, variable, learning_rate, {})
+
+    def _apply_adam(self, gradient, variable, learning_rate, scalars):
         # Adam's update as one kernel (ResourceApplyAdam, which XLA compiles
         # too), the same arithmetic as Keras's dozen ops a variable, which
-        # took longer to trace than the model's forward pass.
+        # took longer to trace than the model's forward pass. Its scalars
+        # (bias corrections, rates) are made once a step per dtype and
+        # device, in `scalars`: made per variable they were a fifth of the
+        # training step's graph.
         dtype = variable.dtype
+        key = (dtype, variable.device)
+        if key not in scalars:
+            local_step = tf.cast(self.iterations + 1, dtype)
+            beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+            scalars[key] = {
+                "beta1_power": tf.pow(beta_1, local_step),
+                "beta2_power": tf.pow(beta_2, local_step),
+                "lr": tf.cast(learning_rate, dtype),
+                "beta1": beta_1,
+                "beta2": beta_2,
+                "epsilon": tf.cast(self.epsilon, dtype),
+            }
         index = self._get_variable_index(variable)
-        local_step = tf.cast(self.iterations + 1, dtype)
-        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
         tf.raw_ops.ResourceApplyAdam(
             var=variable.handle,
             m=self._momentums[index].value.handle,
             v=self._velocities[index].value.handle,
-            beta1_power=tf.pow(beta_1, local_step),
-            beta2_power=tf.pow(beta_2, local_step),
-            lr=tf.cast(learning_rate, dtype),
-            beta1=beta_1,
-            beta2=beta_2,
-            epsilon=tf.cast(self.epsilon, dtype),
             grad=tf.cast(gradient, dtype),
+            **scalars[key],
         )
 
     def _apply_weight_decay(self, variables):
