@@ -43,11 +43,12 @@ def tokenize(tokenizer, texts):
     of strings, packed by `Tokenizer.pair`)."""
     if not texts:
         return np.zeros((0, tokenizer.max_length), "int32")
-    traced = tokenizer.traced(pairs=is_pairs(texts))
+    # The tokenizer's arguments: the texts, or a pair's first and second texts.
+    columns = tuple(map(list, zip(*texts))) if is_pairs(texts) else (texts,)
+    traced = tokenizer.traced(pairs=len(columns) == 2)
     if len(texts) <= TOKENIZE_BATCH:  # one call: a tf.data pipeline would take 0.2-0.4 s to start
-        slices = tuple(map(list, zip(*texts))) if is_pairs(texts) else (texts,)
-        return traced(*slices).numpy()
-    return np.concatenate(list(in_batches(texts, traced).as_numpy_iterator()))
+        return traced(*columns).numpy()
+    return np.concatenate(list(in_batches(columns, traced).as_numpy_iterator()))
 
 
 def is_pairs(texts):
@@ -60,13 +61,11 @@ def singles(texts):
     return [text for row in texts for text in (row if isinstance(row, tuple) else (row,))]
 
 
-def in_batches(texts, function):
-    """`function` (of a `[None]` string tensor, or of two for pairs of
-    texts) over a non-empty list of strings or pairs, in parallel batches,
-    in order."""
-    slices = tuple(map(list, zip(*texts))) if is_pairs(texts) else texts
+def in_batches(columns, function):
+    """`function` of one `[None]` string tensor per column of `columns`
+    (lists of strings, of one length), in parallel batches, in order."""
     return (
-        tf.data.Dataset.from_tensor_slices(slices)
+        tf.data.Dataset.from_tensor_slices(columns)
         .batch(TOKENIZE_BATCH)  # batch first: the tokenizer ops are vectorized
         .map(function, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     )

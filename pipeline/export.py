@@ -42,13 +42,12 @@ class ServingModule(tf.Module):
 
     def __init__(self, models, tokenizer, label_names, thresholds=None):
         super().__init__(name="serving")
-        models = list(models) if isinstance(models, (list, tuple)) else [models]
+        self._hold(list(models) if isinstance(models, (list, tuple)) else [models])
         # The signatures capture the models' variables, so those are what the
         # SavedModel must hold; the Keras objects stay out of its object
         # graph, whose save looks up every attribute of every layer (tests'
         # model: 2.0 -> 1.25 s an export).
-        self.model_variables = [variable for model in models for variable in model.variables]
-        self._models = _Untracked(models)
+        self.model_variables = [variable for model in self.models for variable in model.variables]
         heads = {model.get_layer("encoder").num_heads for model in self.models}
         if len(heads) > 1:
             raise ValueError(
@@ -67,9 +66,9 @@ class ServingModule(tf.Module):
         # A variable, so the SavedModel keeps it as `loaded.label_names`.
         self.label_names = tf.Variable(list(label_names), trainable=False, name="label_names")
 
-    @property
-    def models(self):
-        return self._models.value
+    @tf.__internal__.tracking.no_automatic_dependency_tracking
+    def _hold(self, models):
+        self.models = models  # untracked
 
     def _ids(self, text, text_pair=None):
         # The tokenizer's one traced function, which both signatures (and training's input) call.
@@ -98,13 +97,6 @@ class ServingModule(tf.Module):
             "token_ids": ids,
             **({"score": outputs[:, 0]} if self.regression else {"probabilities": outputs}),
         }
-
-
-class _Untracked:
-    """A value that `tf.Module` holds without tracking it."""
-
-    def __init__(self, value):
-        self.value = value
 
 
 def _mean(tensors):
